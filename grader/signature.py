@@ -301,5 +301,5 @@ def check_args(sig: Signature, args, *, is_array, array_kind: str) -> list:
                 f"{where} is {p.dtype}, but you passed {got.name}{py}. "
                 f"Wrap it: {_ctor(p.dtype)}({a!r})."
             )
-        out.append(a)
+        out.append(a if isinstance(a, np.generic) else got.type(a))
     return out

@@ -1,0 +1,35 @@
+"""The GPU backend: the translation unit goes to CuPy's RawKernel (NVRTC) unchanged."""
+from __future__ import annotations
+
+from .errors import CompileError, KernelRuntimeError
+from .source import INCLUDE_DIR, format_compile_log
+
+
+class GpuKernel:
+    def __init__(self, tu: str, code: str, name: str, options: tuple[str, ...]):
+        import cupy
+
+        self.name = name
+        self._kernel = cupy.RawKernel(tu, name, options=(*options, f"-I{INCLUDE_DIR}"))
+        try:
+            self._kernel.compile()
+        except cupy.cuda.compiler.CompileException as exc:
+            raise CompileError(format_compile_log(str(exc), code, name, "NVRTC")) from None
+
+    @property
+    def static_shared_bytes(self) -> int:
+        return int(self._kernel.attributes["shared_size_bytes"])
+
+    def launch(self, grid, block, args, shared_mem, max_dynamic_shared):
+        import cupy
+
+        if max_dynamic_shared > 48 * 1024:
+            self._kernel.max_dynamic_shared_size_bytes = max_dynamic_shared
+        try:
+            self._kernel(grid, block, tuple(args), shared_mem=shared_mem)
+        except cupy.cuda.driver.CUDADriverError as exc:
+            raise KernelRuntimeError(
+                f"{self.name}: the GPU reported {exc}. Launch errors such as an illegal address "
+                "leave the CUDA context unusable: restart the notebook kernel, then run the same "
+                "launch on the CPU emulator (GRADER_BACKEND=cpu), which names the bad access."
+            ) from None
