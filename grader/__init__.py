@@ -7,7 +7,7 @@
 Kernels run on a GPU through CuPy when one is present, otherwise on the course's CPU emulator
 (``GRADER_BACKEND=gpu|cpu`` to choose). Importing this needs only NumPy.
 """
-from .arrays import array_module, empty, is_device_array, to_device, to_host, zeros
+from .arrays import array_module, empty, is_device_array, never_written, to_device, to_host, zeros
 from .backend import backend, gpu_status, set_backend
 from .errors import (
     BackendUnavailableError,

@@ -48,19 +48,37 @@ def to_host(x) -> np.ndarray:
     return np.array(x, copy=True)
 
 
-def poison_value(dtype) -> object:
+# Floats are filled with a quiet NaN whose payload no arithmetic produces, so a check can tell
+# "never written" from "computed a NaN". Integers get all bits set.
+POISON_BITS = {"float16": 0x7E5B, "bfloat16": 0x7FDB, "float32": 0x7FC0BAD5, "float64": 0x7FF80000BAD0BAD5}
+_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def poison_host(shape, dtype) -> np.ndarray:
     dt = np.dtype(dtype)
-    if dt.kind == "f" or dt.name == "bfloat16":
-        return np.nan
-    if dt.kind == "b":
-        return True
-    return np.iinfo(dt).max if dt.kind == "u" else -1  # all bits set
+    if dt.name in POISON_BITS:
+        return np.full(shape, POISON_BITS[dt.name], dtype=_UINT[dt.itemsize]).view(dt)
+    return np.full(shape, 0xFF, dtype=np.uint8).view(dt) if dt.itemsize == 1 else np.full(
+        shape, np.iinfo(_UINT[dt.itemsize]).max, dtype=_UINT[dt.itemsize]).view(dt)
+
+
+def never_written(x) -> np.ndarray:
+    """Boolean mask of elements that still hold the poison of :func:`empty`."""
+    host = to_host(x)
+    dt = host.dtype
+    if dt.name not in POISON_BITS:
+        return np.zeros(host.shape, dtype=bool)
+    return host.view(_UINT[dt.itemsize]) == POISON_BITS[dt.name]
 
 
 def empty(shape, dtype=np.float32):
-    """An uninitialised-looking array: NaN for floats, all bits set for integers."""
-    xp = array_module()
-    return xp.full(shape, poison_value(dtype), dtype=dtype)
+    """An uninitialised-looking array: marked NaN for floats, all bits set for integers."""
+    host = poison_host(shape, dtype)
+    if backend() == "gpu":
+        import cupy
+
+        return cupy.asarray(host)
+    return host
 
 
 def zeros(shape, dtype=np.float32):

@@ -205,9 +205,9 @@ def partial_state(q, k, v, scale=None, mask=None):
 
     With ``S = scale·QKᵀ`` restricted to these keys (masked entries set to ``−∞``):
 
-        m   = rowmax(S)                      shape [..., S_q]
-        ℓ   = rowsum(e^{S − m})              shape [..., S_q]
-        acc = e^{S − m} V   (not divided by ℓ) shape [..., S_q, d]
+        m   = rowmax(S)              shape [..., S_q]
+        ℓ   = rowsum(e^{S − m})      shape [..., S_q]
+        acc = e^{S − m} V            shape [..., S_q, d]   (not yet divided by ℓ)
 
     ``q`` is ``[..., S_q, d]``; ``k``, ``v`` are ``[..., S_k, d]`` (any leading axes, ``S_k``
     may be 0). ``mask`` is optional, boolean (True = keep), broadcastable to ``[..., S_q, S_k]``.

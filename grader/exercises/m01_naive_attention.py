@@ -1,0 +1,150 @@
+"""01_naive_attention: scores, softmax and PV as three kernels, S and P in global memory."""
+import numpy as np
+
+from .. import reference as ref
+from ..checks import Mistake, case, exercise, hidden
+
+MODULE = "01_naive_attention"
+F32 = np.float32
+
+
+def _ceil(n, b):
+    return -(-n // b)
+
+
+def _qk(p, rng, heads=None):
+    shape = (p.N, p.d) if heads is None else (heads, p.N, p.d)
+    big = getattr(p, "logit_scale", 1.0)
+    return dict(Q=(rng.standard_normal(shape) * big).astype(F32), K=rng.standard_normal(shape).astype(F32))
+
+
+def _scale(p):
+    return F32(1.0 / np.sqrt(p.d))
+
+
+exercise(
+    id="attn_scores",
+    module=MODULE,
+    kernel="attn_scores",
+    signature="attn_scores(const float* Q, const float* K, float* S, int N, int d, float scale)",
+    launch_shape="block = (16, 16), grid = (ceil_div(N, 16), ceil_div(N, 16)); thread (x, y) computes "
+    "S[i*N + j] with i = query row (y), j = key column (x)",
+    make_inputs=lambda p, rng: _qk(p, rng),
+    outputs=dict(S=lambda p: ((p.N, p.N), F32)),
+    reference=lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p)))),
+    args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.N), np.int32(p.d), _scale(p)),
+    grid=lambda p: (_ceil(p.N, 16), _ceil(p.N, 16)),
+    block=lambda p: (16, 16),
+    cases=[
+        case("tiny", N=3, d=2, seed=1),
+        case("one_tile", N=16, d=8, seed=2),
+        case("single_query", N=1, d=64, seed=3),
+        case("tile_minus_one", N=127, d=64, seed=4),
+        case("tile_plus_one", N=129, d=32, seed=5),
+        hidden("odd_head_dim", N=70, d=24),
+        hidden("ragged", N=33, d=64),
+    ],
+    mistakes=[
+        Mistake("scale never applied", "S = scale * Q K^T; multiply the dot product by scale.",
+                lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], 1.0))),
+        Mistake("scale applied twice", "multiply by scale once.",
+                lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p)) ** 2))),
+    ],
+)
+
+
+def _unsafe_softmax(s):
+    """What a kernel computes without subtracting the row max, in float32 (overflows)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(np.asarray(s, np.float32))
+        return (e / e.sum(axis=-1, keepdims=True)).astype(np.float64)
+
+
+exercise(
+    id="softmax_rows",
+    module=MODULE,
+    kernel="softmax_rows",
+    signature="softmax_rows(const float* S, float* P, int N)",
+    launch_shape="block = 128 threads, grid = ceil_div(N, 128); thread i owns row i of the N x N matrix",
+    make_inputs=lambda p, rng: dict(S=(rng.standard_normal((p.N, p.N)) * getattr(p, "logit_scale", 1.0)).astype(F32)),
+    outputs=dict(P=lambda p: ((p.N, p.N), F32)),
+    reference=lambda p, x: dict(P=ref.softmax_rows(x["S"])),
+    args=lambda p, a: (a.S, a.P, np.int32(p.N)),
+    grid=lambda p: _ceil(p.N, 128),
+    block=lambda p: 128,
+    cases=[
+        case("tiny", N=3, seed=1),
+        case("single", N=1, seed=2),
+        case("block_plus_one", N=129, seed=3),
+        case("large_logits", N=40, logit_scale=1000.0, seed=4),
+        hidden("large_logits_ragged", N=77, logit_scale=1000.0),
+        hidden("medium", N=200),
+    ],
+    mistakes=[
+        Mistake("unsafe softmax", "exp(x) overflows float32 once x > 88.7. Subtract the row max before exp: "
+                "softmax(x) = exp(x - m) / sum(exp(x - m)) with m = max(x).",
+                lambda p, x: dict(P=_unsafe_softmax(x["S"]))),
+        Mistake("normalised over columns", "each row of P must sum to 1; the sum runs along the row (over j).",
+                lambda p, x: dict(P=ref.softmax_rows(x["S"].T).T)),
+    ],
+)
+
+
+exercise(
+    id="attn_pv",
+    module=MODULE,
+    kernel="attn_pv",
+    signature="attn_pv(const float* P, const float* V, float* O, int N, int d)",
+    launch_shape="block = (16, 16), grid = (ceil_div(d, 16), ceil_div(N, 16)); thread (x, y) computes "
+    "O[i*d + c] with i = row (y), c = feature column (x)",
+    make_inputs=lambda p, rng: dict(P=ref.softmax_rows(rng.standard_normal((p.N, p.N))).astype(F32),
+                                    V=rng.standard_normal((p.N, p.d)).astype(F32)),
+    outputs=dict(O=lambda p: ((p.N, p.d), F32)),
+    reference=lambda p, x: dict(O=ref.matmul(x["P"], x["V"])),
+    args=lambda p, a: (a.P, a.V, a.O, np.int32(p.N), np.int32(p.d)),
+    grid=lambda p: (_ceil(p.d, 16), _ceil(p.N, 16)),
+    block=lambda p: (16, 16),
+    cases=[
+        case("tiny", N=3, d=2, seed=1),
+        case("single_row", N=1, d=16, seed=2),
+        case("tile_plus_one", N=129, d=64, seed=3),
+        case("odd_head_dim", N=40, d=24, seed=4),
+        hidden("ragged", N=100, d=48),
+    ],
+    mistakes=[
+        Mistake("P transposed", "O[i, c] = sum_j P[i, j] V[j, c]; read P along row i.",
+                lambda p, x: dict(O=ref.matmul(x["P"].T, x["V"]))),
+    ],
+)
+
+
+def _batched_scores_ref(p, x):
+    return dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p))))
+
+
+exercise(
+    id="attn_scores_batched",
+    module=MODULE,
+    kernel="attn_scores_batched",
+    signature="attn_scores_batched(const float* Q, const float* K, float* S, int BH, int N, int d, float scale)",
+    launch_shape="block = (16, 16), grid = (ceil_div(N, 16), ceil_div(N, 16), BH); blockIdx.z picks the head; "
+    "Q, K are [BH, N, d], S is [BH, N, N]",
+    make_inputs=lambda p, rng: _qk(p, rng, heads=p.BH),
+    outputs=dict(S=lambda p: ((p.BH, p.N, p.N), F32)),
+    reference=_batched_scores_ref,
+    args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.BH), np.int32(p.N), np.int32(p.d), _scale(p)),
+    grid=lambda p: (_ceil(p.N, 16), _ceil(p.N, 16), p.BH),
+    block=lambda p: (16, 16),
+    cases=[
+        case("one_head", BH=1, N=16, d=8, seed=1),
+        case("four_heads", BH=4, N=17, d=16, seed=2),
+        case("many_heads", BH=12, N=33, d=32, seed=3),
+        hidden("ragged_heads", BH=6, N=45, d=24),
+    ],
+    mistakes=[
+        Mistake("head offset missing", "every head computed head 0's scores: offset Q and K by "
+                "blockIdx.z * N * d and S by blockIdx.z * N * N.",
+                lambda p, x: dict(S=np.broadcast_to(ref.scaled_scores(x["Q"][0], x["K"][0], float(_scale(p))), (p.BH, p.N, p.N)))
+                if p.BH > 1 else None),
+    ],
+)

@@ -1,0 +1,92 @@
+"""02_tiled_matmul: naive and shared-memory tiled matmul, and Q K^T without a transpose."""
+import numpy as np
+
+from .. import reference as ref
+from ..checks import Mistake, case, exercise, hidden
+
+MODULE = "02_tiled_matmul"
+F32 = np.float32
+
+
+def _ceil(n, b):
+    return -(-n // b)
+
+
+def _ab(p, rng):
+    return dict(A=rng.standard_normal((p.M, p.K)).astype(F32), B=rng.standard_normal((p.K, p.N)).astype(F32))
+
+
+MATMUL_CASES = [
+    case("tiny", M=2, N=3, K=4, seed=1),
+    case("one_tile", M=16, N=16, K=16, seed=2),
+    case("tile_minus_one", M=15, N=15, K=15, seed=3),
+    case("tile_plus_one", M=17, N=17, K=17, seed=4),
+    case("rectangular", M=50, N=70, K=33, seed=5),
+    case("sizes_127_128_129", M=127, N=129, K=128, seed=6),
+    hidden("single_row", M=1, N=40, K=100),
+    hidden("ragged", M=65, N=31, K=47),
+]
+
+
+def _only_first_k_tile(p, x):
+    """What a tiled kernel returns if its loop over K stops after the first tile."""
+    k = min(p.K, 16)
+    return dict(C=ref.matmul(x["A"][:, :k], x["B"][:k])) if p.K > 16 else None
+
+
+def _matmul(kernel, launch_shape, race_check):
+    exercise(
+        id=kernel,
+        module=MODULE,
+        kernel=kernel,
+        signature=f"{kernel}(const float* A, const float* B, float* C, int M, int N, int K)",
+        launch_shape=launch_shape,
+        make_inputs=_ab,
+        outputs=dict(C=lambda p: ((p.M, p.N), F32)),
+        reference=lambda p, x: dict(C=ref.matmul(x["A"], x["B"])),
+        args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+        grid=lambda p: (_ceil(p.N, 16), _ceil(p.M, 16)),
+        block=lambda p: (16, 16),
+        cases=MATMUL_CASES,
+        race_check=race_check,
+        mistakes=[
+            Mistake("only the first tile along K", "loop over all ceil_div(K, TILE) tiles, not just the first.",
+                    _only_first_k_tile),
+        ],
+    )
+
+
+_matmul("matmul_naive", "block = (16, 16), grid = (ceil_div(N, 16), ceil_div(M, 16)); thread (x, y) computes C[row*N + col], row from y, col from x", False)
+_matmul("matmul_tiled", "as matmul_naive, with 16 x 16 tiles of A and B staged in __shared__ memory; any M, N, K", True)
+
+
+def _scale(p):
+    return F32(1.0 / np.sqrt(p.d))
+
+
+exercise(
+    id="qk_scores_tiled",
+    module=MODULE,
+    kernel="qk_scores_tiled",
+    signature="qk_scores_tiled(const float* Q, const float* K, float* S, int N, int d, float scale)",
+    launch_shape="block = (16, 16), grid = (ceil_div(N, 16), ceil_div(N, 16)); tiles of Q and K in shared memory, "
+    "K read row-wise as the columns of K^T (no transposed copy)",
+    make_inputs=lambda p, rng: dict(Q=rng.standard_normal((p.N, p.d)).astype(F32), K=rng.standard_normal((p.N, p.d)).astype(F32)),
+    outputs=dict(S=lambda p: ((p.N, p.N), F32)),
+    reference=lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p)))),
+    args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.N), np.int32(p.d), _scale(p)),
+    grid=lambda p: (_ceil(p.N, 16), _ceil(p.N, 16)),
+    block=lambda p: (16, 16),
+    race_check=True,
+    cases=[
+        case("tiny", N=3, d=2, seed=1),
+        case("one_tile", N=16, d=16, seed=2),
+        case("tile_plus_one", N=129, d=64, seed=3),
+        case("odd_head_dim", N=40, d=24, seed=4),
+        hidden("ragged", N=77, d=48),
+    ],
+    mistakes=[
+        Mistake("scale never applied", "multiply each dot product by scale.",
+                lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], 1.0))),
+    ],
+)

@@ -1,0 +1,135 @@
+"""03_online_softmax: one pass for max and sum, warp shuffles, and merging partial states."""
+import numpy as np
+
+from .. import reference as ref
+from ..checks import Mistake, case, exercise, hidden
+
+MODULE = "03_online_softmax"
+F32 = np.float32
+WARP = 32
+
+
+def _lane_states(x, rescale_lane):
+    """Per-lane (m, l) for a warp where lane t reads columns t, t+32, ...; ``rescale_lane``
+    False reproduces the classic bug of never rescaling l when the running max grows."""
+    rows, cols = x.shape
+    m = np.full((rows, WARP), -np.inf)
+    l = np.zeros((rows, WARP))
+    for j in range(cols):
+        t = j % WARP
+        xj = x[:, j]
+        m_new = np.maximum(m[:, t], xj)
+        factor = np.exp(m[:, t] - m_new) if rescale_lane else 1.0
+        l[:, t] = l[:, t] * factor + np.exp(xj - m_new)
+        m[:, t] = m_new
+    return m, l
+
+
+def _softmax_from_lanes(x, m, l, rescale_merge):
+    big_m = m.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        weights = np.where(np.isinf(m), 0.0, np.exp(m - big_m)) if rescale_merge else 1.0
+    total = (l * weights).sum(axis=1, keepdims=True)
+    return np.exp(x - big_m) / total
+
+
+def _wrong_softmax(rescale_lane, rescale_merge):
+    def wrong(p, x):
+        xs = x["x"].astype(np.float64)
+        m, l = _lane_states(xs, rescale_lane)
+        return dict(y=_softmax_from_lanes(xs, m, l, rescale_merge))
+
+    return wrong
+
+
+exercise(
+    id="online_softmax_rows",
+    module=MODULE,
+    kernel="online_softmax_rows",
+    signature="online_softmax_rows(const float* x, float* y, int rows, int cols)",
+    launch_shape="grid = rows blocks, block = 32 threads (one warp per row); lane t reads columns t, t+32, ...; "
+    "lanes merge their (m, l) with __shfl_xor_sync",
+    make_inputs=lambda p, rng: dict(x=(np.sort(rng.standard_normal((p.rows, p.cols)), axis=1) * p.spread).astype(F32)
+                                    if getattr(p, "rising", False) else
+                                    (rng.standard_normal((p.rows, p.cols)) * p.spread).astype(F32)),
+    outputs=dict(y=lambda p: ((p.rows, p.cols), F32)),
+    reference=lambda p, x: dict(y=ref.softmax_rows(x["x"])),
+    args=lambda p, a: (a.x, a.y, np.int32(p.rows), np.int32(p.cols)),
+    grid=lambda p: p.rows,
+    block=lambda p: WARP,
+    cases=[
+        case("one_column", rows=3, cols=1, spread=1.0, seed=1),
+        case("fewer_columns_than_lanes", rows=4, cols=20, spread=1.0, seed=2),
+        case("one_warp_wide", rows=5, cols=32, spread=1.0, seed=3),
+        case("rising_max", rows=6, cols=300, spread=3.0, rising=True, seed=4),
+        case("large_logits", rows=4, cols=100, spread=1000.0, seed=5),
+        case("long_rows", rows=3, cols=1000, spread=2.0, seed=6),
+        hidden("ragged", rows=7, cols=77, spread=4.0),
+        hidden("large_logits_long", rows=2, cols=513, spread=500.0),
+    ],
+    mistakes=[
+        Mistake("missing rescale in the lane loop", "when a new element raises a lane's running max m, "
+                "multiply its running sum l by exp(m_old - m_new) before adding exp(x - m_new).",
+                _wrong_softmax(rescale_lane=False, rescale_merge=True)),
+        Mistake("missing rescale when merging lanes", "when two lanes merge, scale each l by "
+                "exp(m_lane - m_merged) before adding: l = l_a*exp(m_a - m) + l_b*exp(m_b - m).",
+                _wrong_softmax(rescale_lane=True, rescale_merge=False)),
+    ],
+)
+
+
+def _states(p, rng):
+    """Partial states of two disjoint halves of a real key set; ``empty`` marks halves
+    with no keys at all (m = -inf, l = 0, acc = 0)."""
+    q = rng.standard_normal((p.rows, p.d)) * p.spread
+    k = rng.standard_normal((p.keys, p.d))
+    v = rng.standard_normal((p.keys, p.d))
+    cut = p.keys // 3
+    out = {}
+    for side, sl in (("a", slice(0, cut)), ("b", slice(cut, None))):
+        m, l, acc = ref.partial_state(q, k[sl], v[sl], scale=1.0)
+        empty_rows = np.asarray(getattr(p, f"empty_{side}", ()), dtype=int)
+        m[empty_rows], l[empty_rows], acc[empty_rows] = -np.inf, 0.0, 0.0
+        out |= {f"m_{side}": m.astype(F32), f"l_{side}": l.astype(F32), f"acc_{side}": acc.astype(F32)}
+    return out
+
+
+def _merge_ref(p, x):
+    m, l, acc = ref.merge_states((x["m_a"], x["l_a"], x["acc_a"]), (x["m_b"], x["l_b"], x["acc_b"]))
+    return dict(m_out=m, l_out=l, acc_out=acc)
+
+
+def _merge_without_rescale(p, x):
+    m = np.maximum(x["m_a"], x["m_b"]).astype(np.float64)
+    return dict(m_out=m, l_out=x["l_a"].astype(np.float64) + x["l_b"], acc_out=x["acc_a"].astype(np.float64) + x["acc_b"])
+
+
+exercise(
+    id="merge_states",
+    module=MODULE,
+    kernel="merge_states",
+    signature="merge_states(const float* m_a, const float* l_a, const float* acc_a, const float* m_b, "
+    "const float* l_b, const float* acc_b, float* m_out, float* l_out, float* acc_out, int rows, int d)",
+    launch_shape="block = 32 threads, grid = (ceil_div(d, 32), rows); thread (x) of block (bx, r) merges "
+    "column bx*32 + x of row r's acc; the thread with column 0 also writes m_out[r] and l_out[r]",
+    make_inputs=_states,
+    outputs=dict(m_out=lambda p: ((p.rows,), F32), l_out=lambda p: ((p.rows,), F32), acc_out=lambda p: ((p.rows, p.d), F32)),
+    reference=_merge_ref,
+    args=lambda p, a: (a.m_a, a.l_a, a.acc_a, a.m_b, a.l_b, a.acc_b, a.m_out, a.l_out, a.acc_out, np.int32(p.rows), np.int32(p.d)),
+    grid=lambda p: (-(-p.d // 32), p.rows),
+    block=lambda p: 32,
+    cases=[
+        case("one_row", rows=1, d=8, keys=12, spread=1.0, seed=1),
+        case("head_dim_64", rows=16, d=64, keys=40, spread=2.0, seed=2),
+        case("odd_head_dim", rows=9, d=40, keys=30, spread=1.0, seed=3),
+        case("large_scores", rows=8, d=32, keys=50, spread=30.0, seed=4),
+        case("empty_sides", rows=6, d=16, keys=20, spread=1.0, empty_a=(1, 3), empty_b=(2, 3), seed=5),
+        hidden("ragged", rows=13, d=72, keys=33, spread=5.0, empty_a=(0,)),
+        hidden("head_dim_128", rows=4, d=128, keys=64, spread=1.0, empty_b=(1,)),
+    ],
+    mistakes=[
+        Mistake("missing rescale", "the two states were measured against different maxima: "
+                "l = l_a*exp(m_a - m) + l_b*exp(m_b - m) with m = max(m_a, m_b), and acc likewise.",
+                _merge_without_rescale),
+    ],
+)
