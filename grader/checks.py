@@ -261,7 +261,7 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
     except RaceConditionError as err:
         return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}\n  Look for a missing __syncthreads(): after loading a tile, and again before the next iteration overwrites it.")
     except KernelFault as err:
-        return CaseResult(c, False, f"case {shown}: the kernel failed while running.\n  {err}")
+        return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {err}")
     got = {name: to_host(arrays[name]) for name in ex.outputs}
     problems = []
     for name in ex.outputs:

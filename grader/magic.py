@@ -26,8 +26,13 @@ def cuda(line: str, cell: str):
     if not words:
         raise CourseError("usage: %%cuda KERNEL_NAME [compiler options]; the name must match the __global__ function in the cell")
     name, options = words[0], tuple(words[1:])
-    kernel = RawKernel(cell, name, options=options).compile()
-    get_ipython().user_ns[name] = kernel
+    namespace = get_ipython().user_ns
+    # Bind the name even when the cell does not build, so a check cell below reports the
+    # compile error itself instead of "name is not defined".
+    namespace[name] = cell
+    kernel = RawKernel(cell, name, options=options)
+    namespace[name] = kernel
+    kernel.compile()
 
 
 def load_ipython_extension(ipython) -> None:

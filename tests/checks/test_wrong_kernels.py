@@ -1,0 +1,36 @@
+"""Every known-wrong kernel must fail its exercise's check with the intended diagnosis, and
+every instructor solution must pass all cases (visible and grading-only)."""
+from pathlib import Path
+
+import pytest
+
+from grader.checks import REGISTRY, get_exercise, run_check
+from grader.course import solution_source
+
+WRONG = Path(__file__).resolve().parents[1] / "wrong"
+get_exercise("vector_add")  # register every exercise
+WRONG_KERNELS = sorted(WRONG.glob("*/*.cu"))
+
+
+def expectation(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("// expect: "), f"{path} must start with '// expect: TEXT'"
+    return first.removeprefix("// expect: ").strip()
+
+
+@pytest.mark.parametrize("path", WRONG_KERNELS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_wrong_kernel_is_caught_and_named(path):
+    result = run_check(path.parent.name, path.read_text(), include_hidden=True, backend="cpu", seed=2024)
+    assert not result.passed, f"{path.name} passed every case of {path.parent.name}"
+    messages = "\n".join(r.message for r in result.results if not r.passed)
+    assert expectation(path) in messages, messages
+
+
+@pytest.mark.parametrize("exercise_id", sorted(REGISTRY))
+def test_solution_passes_every_case(exercise_id):
+    result = run_check(exercise_id, solution_source(exercise_id), include_hidden=True, backend="cpu", seed=99)
+    assert result.passed, result.summary() + "\n" + "\n".join(r.message for r in result.results if not r.passed)
+
+
+def test_every_wrong_kernel_folder_names_an_exercise():
+    assert {p.parent.name for p in WRONG_KERNELS} <= set(REGISTRY)
