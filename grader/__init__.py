@@ -28,6 +28,7 @@ from .errors import (
 from .kernel import RawKernel
 from .magic import load_ipython_extension, register_if_interactive
 from .nvrtc import compile_check
+from .timing import gpu_time_ms
 
 
 def ceil_div(n: int, b: int) -> int:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from .arrays import never_written, to_device, to_host, empty
+from .arrays import empty, never_written, to_device, to_host, zeros
 from .backend import backend as active_backend
 from .errors import CompileError, CourseError, KernelFault, RaceConditionError
 
@@ -86,6 +86,8 @@ class Exercise:
     block: Callable  # p -> block
     cases: list
     shared_mem: Callable = lambda p: 0
+    scratch: dict = field(default_factory=dict)  # name -> (p -> (shape, dtype)): poisoned work arrays, not compared
+    zeroed: tuple = ()  # outputs the launch expects zero-filled (kernels that accumulate with atomics)
     mistakes: list = field(default_factory=list)
     race_check: bool = False  # run one case under two schedules on the emulator
     options: tuple = ()
@@ -218,7 +220,7 @@ def _generic_diagnosis(name, got, want, unwritten, p) -> str | None:
         ratio = g[finite] / w[finite]
         r = float(np.median(ratio))
         if abs(r - 1) > 1e-3 and np.allclose(ratio, r, rtol=1e-3) and r != 0:
-            scale = p.get("scale")
+            scale = p.get("scale") or (1 / np.sqrt(p["d"]) if "d" in p else None)
             extra = ""
             if scale and np.isclose(r, scale, rtol=1e-3):
                 extra = " That factor is the softmax scale: it is applied twice."
@@ -245,36 +247,37 @@ def _source_of(kernel) -> str:
     return str(code)
 
 
-def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bool = False) -> CaseResult:
+def launch_case(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = False):
+    """Build a case's inputs, launch ``compiled`` on poisoned outputs; return
+    ``(p, inputs, expected, got)`` with host arrays. Kernel faults propagate."""
     p = SimpleNamespace(**c.params)
-    shown = c.describe(with_seed=not c.hidden)
-    rng = np.random.default_rng(seed)
-    inputs = ex.make_inputs(p, rng)
+    inputs = ex.make_inputs(p, np.random.default_rng(seed))
     expected = ex.reference(p, inputs)
     arrays = {k: to_device(v, dtype=v.dtype) for k, v in inputs.items()}
-    for name, spec in ex.outputs.items():
+    for name, spec in (ex.outputs | ex.scratch).items():
         shape, dtype = spec(p)
-        arrays[name] = empty(shape, dtype)
+        arrays[name] = zeros(shape, dtype) if name in ex.zeroed else empty(shape, dtype)
     extra = {"race_check": True} if race_check else {}
+    compiled(ex.grid(p), ex.block(p), ex.args(p, SimpleNamespace(**arrays)), shared_mem=ex.shared_mem(p), **extra)
+    return p, inputs, expected, {name: to_host(arrays[name]) for name in ex.outputs}
+
+
+def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bool = False) -> CaseResult:
+    shown = c.describe(with_seed=not c.hidden)
     try:
-        compiled(ex.grid(p), ex.block(p), ex.args(p, SimpleNamespace(**arrays)), shared_mem=ex.shared_mem(p), **extra)
+        p, inputs, expected, got = launch_case(ex, compiled, c, seed, race_check)
     except RaceConditionError as err:
         return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}\n  Look for a missing __syncthreads(): after loading a tile, and again before the next iteration overwrites it.")
     except KernelFault as err:
         return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {err}")
-    got = {name: to_host(arrays[name]) for name in ex.outputs}
-    problems = []
     for name in ex.outputs:
         want = np.asarray(expected[name], dtype=np.float64)
         dtype = np.dtype(ex.outputs[name](p)[1]).name
         unwritten = never_written(got[name])
         diff = compare(name, got[name], want, TOLERANCES[(dtype, be)], unwritten)
-        if diff:
+        if diff:  # the first wrong output explains the rest
             hint = _named_mistake(ex, p, inputs, got, expected, be) or _generic_diagnosis(name, got[name], want, unwritten, c.params)
-            problems.append(diff + (f"\n  Likely mistake: {hint}" if hint else ""))
-            break  # the first wrong output explains the rest
-    if problems:
-        return CaseResult(c, False, f"case {shown}: " + "\n".join(problems))
+            return CaseResult(c, False, f"case {shown}: {diff}" + (f"\n  Likely mistake: {hint}" if hint else ""))
     return CaseResult(c, True, shown)
 
 

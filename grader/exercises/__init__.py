@@ -4,4 +4,7 @@ from . import (  # noqa: F401
     m01_naive_attention,
     m02_tiled_matmul,
     m03_online_softmax,
+    m04_flash_forward,
+    m05_masking,
+    m06_backward,
 )

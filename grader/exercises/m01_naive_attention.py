@@ -49,15 +49,39 @@ exercise(
                 lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], 1.0))),
         Mistake("scale applied twice", "multiply by scale once.",
                 lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p)) ** 2))),
+        Mistake("K indexed as if stored transposed", "K is row-major [N, d] like Q: feature k of key j is "
+                "K[j*d + k], so S[i, j] = scale * sum_k Q[i*d + k] * K[j*d + k] (both read along a row).",
+                lambda p, x: dict(S=float(_scale(p)) * ref.matmul(x["Q"], x["K"].reshape(p.d, p.N)))),
     ],
 )
 
 
+def _softmax_f32(s, m):
+    """exp(s - m) / sum(exp(s - m)) row by row in float32, for a given per-row m (may overflow)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        e = np.exp(np.asarray(s, np.float32) - np.asarray(m, np.float32))
+        return (e / e.sum(axis=-1, keepdims=True)).astype(np.float64)
+
+
 def _unsafe_softmax(s):
     """What a kernel computes without subtracting the row max, in float32 (overflows)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        e = np.exp(np.asarray(s, np.float32))
-        return (e / e.sum(axis=-1, keepdims=True)).astype(np.float64)
+    return _softmax_f32(s, np.float32(0))
+
+
+def _max_from_zero_softmax(s):
+    """The row max started at 0 instead of -inf: m = max(0, max_j s_j). A row of very negative
+    logits then underflows to exp(s - 0) = 0 everywhere, and 0/0 = NaN."""
+    return _softmax_f32(s, np.maximum(np.asarray(s, np.float32).max(axis=-1, keepdims=True), np.float32(0)))
+
+
+def _logits(p, rng):
+    """Standard normal logits times ``logit_scale``; with ``shift``, even rows are moved up by
+    ``shift`` and odd rows down by it (rows far above and far below zero)."""
+    s = rng.standard_normal((p.N, p.N)) * getattr(p, "logit_scale", 1.0)
+    shift = getattr(p, "shift", 0.0)
+    if shift:
+        s += shift * np.where(np.arange(p.N) % 2 == 0, 1.0, -1.0)[:, None]
+    return dict(S=s.astype(F32))
 
 
 exercise(
@@ -66,7 +90,7 @@ exercise(
     kernel="softmax_rows",
     signature="softmax_rows(const float* S, float* P, int N)",
     launch_shape="block = 128 threads, grid = ceil_div(N, 128); thread i owns row i of the N x N matrix",
-    make_inputs=lambda p, rng: dict(S=(rng.standard_normal((p.N, p.N)) * getattr(p, "logit_scale", 1.0)).astype(F32)),
+    make_inputs=_logits,
     outputs=dict(P=lambda p: ((p.N, p.N), F32)),
     reference=lambda p, x: dict(P=ref.softmax_rows(x["S"])),
     args=lambda p, a: (a.S, a.P, np.int32(p.N)),
@@ -77,15 +101,23 @@ exercise(
         case("single", N=1, seed=2),
         case("block_plus_one", N=129, seed=3),
         case("large_logits", N=40, logit_scale=1000.0, seed=4),
+        case("far_from_zero", N=50, logit_scale=10.0, shift=200.0, seed=5),
         hidden("large_logits_ragged", N=77, logit_scale=1000.0),
+        hidden("far_from_zero_ragged", N=91, logit_scale=10.0, shift=200.0),
         hidden("medium", N=200),
     ],
     mistakes=[
         Mistake("unsafe softmax", "exp(x) overflows float32 once x > 88.7. Subtract the row max before exp: "
                 "softmax(x) = exp(x - m) / sum(exp(x - m)) with m = max(x).",
                 lambda p, x: dict(P=_unsafe_softmax(x["S"]))),
+        Mistake("row max starts at 0", "start the max at -INFINITY, not 0: in a row whose logits are all far "
+                "below zero, exp(x - 0) underflows to 0 for every entry and the row becomes 0/0 = NaN.",
+                lambda p, x: dict(P=_max_from_zero_softmax(x["S"]))),
         Mistake("normalised over columns", "each row of P must sum to 1; the sum runs along the row (over j).",
                 lambda p, x: dict(P=ref.softmax_rows(x["S"].T).T)),
+        Mistake("not normalised", "P = exp(x - m) / l with l = sum_j exp(x_j - m): divide by the row's sum "
+                "so that every row of P sums to 1.",
+                lambda p, x: dict(P=np.exp(x["S"].astype(np.float64) - x["S"].max(axis=-1, keepdims=True)))),
     ],
 )
 
@@ -114,6 +146,12 @@ exercise(
     mistakes=[
         Mistake("P transposed", "O[i, c] = sum_j P[i, j] V[j, c]; read P along row i.",
                 lambda p, x: dict(O=ref.matmul(x["P"].T, x["V"]))),
+        Mistake("inner loop stops at d", "the sum O[i, c] = sum_j P[i, j] V[j, c] runs over all N keys j, "
+                "not over the d features.",
+                lambda p, x: dict(O=ref.matmul(x["P"][:, : p.d], x["V"][: p.d])) if p.d < p.N else None),
+        Mistake("only the last key counted", "accumulate in a register (acc += P[i, j] * V[j, c]) and write O "
+                "once after the loop; assigning O inside the loop keeps only the last term.",
+                lambda p, x: dict(O=np.outer(x["P"][:, -1], x["V"][-1]).astype(np.float64)) if p.N > 1 else None),
     ],
 )
 
@@ -146,5 +184,10 @@ exercise(
                 "blockIdx.z * N * d and S by blockIdx.z * N * N.",
                 lambda p, x: dict(S=np.broadcast_to(ref.scaled_scores(x["Q"][0], x["K"][0], float(_scale(p))), (p.BH, p.N, p.N)))
                 if p.BH > 1 else None),
+        Mistake("head offset missing for K", "Q is offset to head z but K is not: every head scored its queries "
+                "against head 0's keys. Offset K by blockIdx.z * N * d too.",
+                lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"][:1], float(_scale(p)))) if p.BH > 1 else None),
+        Mistake("scale never applied", "S = scale * Q K^T; multiply the dot product by scale.",
+                lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], 1.0))),
     ],
 )

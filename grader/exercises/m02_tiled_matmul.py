@@ -34,7 +34,19 @@ def _only_first_k_tile(p, x):
     return dict(C=ref.matmul(x["A"][:, :k], x["B"][:k])) if p.K > 16 else None
 
 
-def _matmul(kernel, launch_shape, race_check):
+def _b_tiles_transposed(p, x):
+    """What a tiled kernel returns if it swaps threadIdx.x and threadIdx.y in the load of B:
+    every 16 x 16 tile of B (zero-padded at the edges) is used transposed."""
+    T, kp, np_ = 16, _ceil(p.K, 16) * 16, _ceil(p.N, 16) * 16
+    padded = np.zeros((kp, np_))
+    padded[: p.K, : p.N] = x["B"]
+    tiles = padded.reshape(kp // T, T, np_ // T, T).transpose(0, 3, 2, 1).reshape(kp, np_)
+    a = np.zeros((p.M, kp))
+    a[:, : p.K] = x["A"]
+    return dict(C=ref.matmul(a, tiles)[:, : p.N])
+
+
+def _matmul(kernel, launch_shape, race_check, tiled_mistakes=()):
     exercise(
         id=kernel,
         module=MODULE,
@@ -52,12 +64,18 @@ def _matmul(kernel, launch_shape, race_check):
         mistakes=[
             Mistake("only the first tile along K", "loop over all ceil_div(K, TILE) tiles, not just the first.",
                     _only_first_k_tile),
+            *tiled_mistakes,
         ],
     )
 
 
 _matmul("matmul_naive", "block = (16, 16), grid = (ceil_div(N, 16), ceil_div(M, 16)); thread (x, y) computes C[row*N + col], row from y, col from x", False)
-_matmul("matmul_tiled", "as matmul_naive, with 16 x 16 tiles of A and B staged in __shared__ memory; any M, N, K", True)
+_matmul("matmul_tiled", "as matmul_naive, with 16 x 16 tiles of A and B staged in __shared__ memory; any M, N, K", True,
+        tiled_mistakes=[
+            Mistake("each tile of B loaded transposed",
+                    "the thread (tx, ty) loads B[t*TILE + ty][col] into Bs[ty][tx]: threadIdx.x picks the column.",
+                    _b_tiles_transposed),
+        ])
 
 
 def _scale(p):
@@ -88,5 +106,10 @@ exercise(
     mistakes=[
         Mistake("scale never applied", "multiply each dot product by scale.",
                 lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], 1.0))),
+        Mistake("K read as if it were K^T stored d x N",
+                "K is stored N x d, so K^T[k][j] = K[j*d + k]; index K by rows, never k*N + j.",
+                lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"].reshape(p.d, p.N).T, float(_scale(p))))),
+        Mistake("only the first tile along d", "loop over all ceil_div(d, TILE) tiles of the head dimension.",
+                lambda p, x: dict(S=ref.scaled_scores(x["Q"][:, :16], x["K"][:, :16], float(_scale(p)))) if p.d > 16 else None),
     ],
 )

@@ -25,21 +25,68 @@ def _lane_states(x, rescale_lane):
     return m, l
 
 
-def _softmax_from_lanes(x, m, l, rescale_merge):
-    big_m = m.max(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore"):
-        weights = np.where(np.isinf(m), 0.0, np.exp(m - big_m)) if rescale_merge else 1.0
-    total = (l * weights).sum(axis=1, keepdims=True)
-    return np.exp(x - big_m) / total
+def _merge_lanes(m, l, partner, rescale=True):
+    """One shuffle step: every lane t merges its (m, l) with lane ``partner[t]``'s; an empty
+    lane (m = -inf, l = 0) adds nothing and two empty lanes stay empty (never NaN)."""
+    m_o, l_o = m[:, partner], l[:, partner]
+    m_new = np.maximum(m, m_o)
+    if not rescale:
+        return m_new, l + l_o
+    shift = np.where(np.isneginf(m_new), 0.0, m_new)
+    return m_new, l * np.exp(m - shift) + l_o * np.exp(m_o - shift)
 
 
-def _wrong_softmax(rescale_lane, rescale_merge):
+def _softmax_with_shuffles(offsets, partner_of, rescale_lane=True, rescale_merge=True):
+    """y as written by a warp that merges lane states with shuffles at ``offsets``;
+    ``partner_of(lanes, offset)`` says whose state each lane receives. Column j is written
+    by lane j % 32 with whatever (m, l) that lane ended with."""
     def wrong(p, x):
         xs = x["x"].astype(np.float64)
         m, l = _lane_states(xs, rescale_lane)
-        return dict(y=_softmax_from_lanes(xs, m, l, rescale_merge))
+        lanes = np.arange(WARP)
+        for off in offsets:
+            m, l = _merge_lanes(m, l, partner_of(lanes, off), rescale_merge)
+        t = np.arange(xs.shape[1]) % WARP
+        return dict(y=np.exp(xs - m[:, t]) / l[:, t])
 
     return wrong
+
+
+def _xor(lanes, off):
+    return lanes ^ off
+
+
+def _down(lanes, off):
+    # __shfl_down_sync: a lane whose source t + off is past the warp gets its own value back
+    return np.where(lanes + off < WARP, lanes + off, lanes)
+
+
+def _wrong_softmax(rescale_lane, rescale_merge):
+    return _softmax_with_shuffles((16, 8, 4, 2, 1), _xor, rescale_lane, rescale_merge)
+
+
+def _max_starts_at_zero(p, x):
+    """m initialised to 0 instead of -inf: harmless unless every logit of a row is so negative
+    that e^{x - 0} underflows in float32; then l = 0 and y = 0/0. Computed in float32 on purpose."""
+    xs = x["x"].astype(F32)
+    m = np.maximum(xs.max(axis=1, keepdims=True), F32(0))
+    e = np.exp(xs - m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return dict(y=(e / e.sum(axis=1, keepdims=True)).astype(np.float64))
+
+
+def _not_normalised(p, x):
+    xs = x["x"].astype(np.float64)
+    return dict(y=np.exp(xs - xs.max(axis=1, keepdims=True)))
+
+
+def _logits(p, rng):
+    """Standard normal logits times ``spread`` (sorted per row when ``rising``: the running
+    max then grows at every step), plus ``offset``."""
+    x = rng.standard_normal((p.rows, p.cols)) * p.spread
+    if getattr(p, "rising", False):
+        x = np.sort(x, axis=1)
+    return (x + getattr(p, "offset", 0.0)).astype(F32)
 
 
 exercise(
@@ -49,9 +96,7 @@ exercise(
     signature="online_softmax_rows(const float* x, float* y, int rows, int cols)",
     launch_shape="grid = rows blocks, block = 32 threads (one warp per row); lane t reads columns t, t+32, ...; "
     "lanes merge their (m, l) with __shfl_xor_sync",
-    make_inputs=lambda p, rng: dict(x=(np.sort(rng.standard_normal((p.rows, p.cols)), axis=1) * p.spread).astype(F32)
-                                    if getattr(p, "rising", False) else
-                                    (rng.standard_normal((p.rows, p.cols)) * p.spread).astype(F32)),
+    make_inputs=lambda p, rng: dict(x=_logits(p, rng)),
     outputs=dict(y=lambda p: ((p.rows, p.cols), F32)),
     reference=lambda p, x: dict(y=ref.softmax_rows(x["x"])),
     args=lambda p, a: (a.x, a.y, np.int32(p.rows), np.int32(p.cols)),
@@ -64,6 +109,8 @@ exercise(
         case("rising_max", rows=6, cols=300, spread=3.0, rising=True, seed=4),
         case("large_logits", rows=4, cols=100, spread=1000.0, seed=5),
         case("long_rows", rows=3, cols=1000, spread=2.0, seed=6),
+        # every logit below -104, where e^x underflows float32: only a max that starts at -inf works
+        case("very_negative_logits", rows=4, cols=64, spread=20.0, offset=-200.0, seed=7),
         hidden("ragged", rows=7, cols=77, spread=4.0),
         hidden("large_logits_long", rows=2, cols=513, spread=500.0),
     ],
@@ -74,6 +121,18 @@ exercise(
         Mistake("missing rescale when merging lanes", "when two lanes merge, scale each l by "
                 "exp(m_lane - m_merged) before adding: l = l_a*exp(m_a - m) + l_b*exp(m_b - m).",
                 _wrong_softmax(rescale_lane=True, rescale_merge=False)),
+        Mistake("running max starts at 0", "initialise m = -INFINITY, not 0: with m = 0 a row whose "
+                "logits are all very negative gets e^{x - 0} = 0 everywhere, l = 0 and y = 0/0.",
+                _max_starts_at_zero),
+        Mistake("the shuffle reduction stops short", "lanes merged only within groups of 16 (or fewer): "
+                "a butterfly over 32 lanes needs the offsets 16, 8, 4, 2, 1.",
+                _softmax_with_shuffles((8, 4, 2, 1), _xor)),
+        Mistake("reduced with __shfl_down_sync but never broadcast", "after a __shfl_down_sync "
+                "reduction only lane 0 holds the whole row's (m, l); broadcast it with "
+                "__shfl_sync(FULL_MASK, v, 0), or reduce with __shfl_xor_sync so every lane ends with it.",
+                _softmax_with_shuffles((16, 8, 4, 2, 1), _down)),
+        Mistake("y is not divided by l", "y = e^{x - m} / l: the exponentials are right but never normalised.",
+                _not_normalised),
     ],
 )
 
@@ -104,6 +163,11 @@ def _merge_without_rescale(p, x):
     return dict(m_out=m, l_out=x["l_a"].astype(np.float64) + x["l_b"], acc_out=x["acc_a"].astype(np.float64) + x["acc_b"])
 
 
+def _acc_not_rescaled(p, x):
+    m, l, _ = ref.merge_states((x["m_a"], x["l_a"], x["acc_a"]), (x["m_b"], x["l_b"], x["acc_b"]))
+    return dict(m_out=m, l_out=l, acc_out=x["acc_a"].astype(np.float64) + x["acc_b"])
+
+
 exercise(
     id="merge_states",
     module=MODULE,
@@ -131,5 +195,8 @@ exercise(
         Mistake("missing rescale", "the two states were measured against different maxima: "
                 "l = l_a*exp(m_a - m) + l_b*exp(m_b - m) with m = max(m_a, m_b), and acc likewise.",
                 _merge_without_rescale),
+        Mistake("acc is not rescaled", "l was rescaled but acc was not: acc = acc_a*exp(m_a - m) + "
+                "acc_b*exp(m_b - m), with the same two factors as l.",
+                _acc_not_rescaled),
     ],
 )

@@ -1,0 +1,222 @@
+"""GPU evidence for the course: validate first, then time (llm.c style).
+
+1. every exercise's solution (read from its instructor notebook) passes all its cases on the GPU;
+2. the known-wrong kernels whose mistake shows in the numbers are rejected on the GPU too
+   (faults, deadlocks and races are emulator diagnoses: on a GPU they hang, corrupt the
+   context or pass by luck, so they are listed as skipped);
+3. the same sources give the same outputs on the GPU and on the CPU emulator;
+4. timings of each module's kernels (CUDA events), saved as JSON and plotted.
+
+Run on the GPU machine from the repository root:
+    PYTHONPATH=. python3 benchmarks/gpu_evidence.py --out DIR
+``--backend cpu`` runs parts 1 and 3 against the emulator alone (a dry run without a GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+import grader
+from grader.checks import REGISTRY, get_exercise, launch_case, run_check
+from grader.course import ROOT, solution_source
+from grader.kernel import RawKernel
+
+EMULATOR_ONLY = ("OutOfBoundsError", "BarrierError", "KernelTimeoutError", "race", "KernelAssertionError")
+SEED = 20261122
+
+
+def device_info() -> dict:
+    info = {"backend": grader.backend(), "python": platform.python_version(), "numpy": np.__version__}
+    if grader.backend() == "gpu":
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        info |= {"device": props["name"].decode(), "cupy": cupy.__version__,
+                 "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(), "sm_count": props["multiProcessorCount"]}
+    return info
+
+
+def check_solutions(backend: str) -> list[dict]:
+    rows = []
+    for ex_id in REGISTRY:
+        t0 = time.perf_counter()
+        result = run_check(ex_id, solution_source(ex_id), include_hidden=True, backend=backend, seed=SEED)
+        rows.append({"exercise": ex_id, "backend": backend, "cases": len(result.results),
+                     "passed": sum(r.passed for r in result.results), "seconds": round(time.perf_counter() - t0, 3),
+                     "failures": [r.message for r in result.results if not r.passed]})
+        print(f"  {ex_id:24s} {rows[-1]['passed']}/{rows[-1]['cases']} on {backend}")
+    return rows
+
+
+def check_wrong_kernels(backend: str) -> list[dict]:
+    rows = []
+    for path in sorted((ROOT / "tests" / "wrong").glob("*/*.cu")):
+        src = path.read_text()
+        expect = src.splitlines()[0].removeprefix("// expect: ").strip()
+        row = {"exercise": path.parent.name, "kernel": path.stem, "expect": expect, "backend": backend}
+        if backend == "gpu" and any(k in expect for k in EMULATOR_ONLY):
+            rows.append(row | {"status": "skipped (emulator-only diagnosis)"})
+            continue
+        result = run_check(path.parent.name, src, include_hidden=True, backend=backend, seed=SEED)
+        messages = "\n".join(r.message for r in result.results if not r.passed)
+        status = "passed (NOT caught)" if result.passed else ("caught, diagnosis as intended" if expect in messages else "caught, other diagnosis")
+        rows.append(row | {"status": status})
+    caught = sum(r["status"].startswith("caught") for r in rows)
+    print(f"  wrong kernels on {backend}: {caught} caught of {len(rows)} ({sum(r['status'].startswith('skipped') for r in rows)} skipped)")
+    return rows
+
+
+def cross_backend() -> list[dict]:
+    """Same source, same inputs: the GPU's outputs against the emulator's."""
+    rows = []
+    for ex_id in REGISTRY:
+        ex = get_exercise(ex_id)
+        src = solution_source(ex_id)
+        kernels = {be: RawKernel(src, ex.kernel, backend=be).compile() for be in ("cpu", "gpu")}
+        for c in ex.visible_cases()[-2:]:
+            outs = {}
+            for be, k in kernels.items():
+                grader.set_backend(be)
+                outs[be] = launch_case(ex, k, c, c.seed)[3]
+            grader.set_backend("gpu")
+            for name in ex.outputs:
+                a, b = outs["cpu"][name].astype(np.float64), outs["gpu"][name].astype(np.float64)
+                finite = np.isfinite(a) & np.isfinite(b)
+                diff = np.abs(a - b)[finite]
+                rows.append({"exercise": ex_id, "case": c.name, "output": name,
+                             "max_abs_diff": float(diff.max()) if diff.size else 0.0,
+                             "bitwise_equal_fraction": float(np.mean(a.view(np.uint64) == b.view(np.uint64))),
+                             "nonfinite_agree": bool(np.array_equal(np.isfinite(a), np.isfinite(b)))})
+    worst = max(rows, key=lambda r: r["max_abs_diff"])
+    print(f"  cross-backend: {len(rows)} outputs compared, worst max |cpu-gpu| = {worst['max_abs_diff']:.3g} ({worst['exercise']}/{worst['case']})")
+    return rows
+
+
+# --------------------------------------------------------------------------- timings
+
+
+def _kernel(ex_id):
+    ex = get_exercise(ex_id)
+    return RawKernel(solution_source(ex_id), ex.kernel).compile()
+
+
+def time_matmul() -> list[dict]:
+    import cupy as cp
+
+    naive, tiled = _kernel("matmul_naive"), _kernel("matmul_tiled")
+    rows = []
+    for n in (256, 512, 1024, 2048, 4096):
+        a = cp.random.standard_normal((n, n), dtype=cp.float32)
+        b = cp.random.standard_normal((n, n), dtype=cp.float32)
+        c = cp.empty((n, n), cp.float32)
+        grid, args = (grader.ceil_div(n, 16), grader.ceil_div(n, 16)), (a, b, c, np.int32(n), np.int32(n), np.int32(n))
+        flops = 2.0 * n**3
+        for name, fn in (("matmul_naive", lambda: naive(grid, (16, 16), args)),
+                         ("matmul_tiled", lambda: tiled(grid, (16, 16), args)),
+                         ("cupy.matmul (cuBLAS)", lambda: cp.matmul(a, b, out=c))):
+            ms = grader.gpu_time_ms(fn, reps=10 if n >= 2048 else 20)
+            rows.append({"kernel": name, "n": n, "ms": ms, "gflops": flops / ms / 1e6})
+    return rows
+
+
+def time_naive_attention() -> list[dict]:
+    import cupy as cp
+
+    scores, softmax, pv = _kernel("attn_scores"), _kernel("softmax_rows"), _kernel("attn_pv")
+    rows, d = [], 64
+    for n in (512, 1024, 2048, 4096, 8192):
+        q, k, v = (cp.random.standard_normal((n, d), dtype=cp.float32) for _ in range(3))
+        s, p, o = cp.empty((n, n), cp.float32), cp.empty((n, n), cp.float32), cp.empty((n, d), cp.float32)
+        scale = np.float32(d**-0.5)
+        steps = {
+            "attn_scores": lambda: scores((grader.ceil_div(n, 16),) * 2, (16, 16), (q, k, s, np.int32(n), np.int32(d), scale)),
+            "softmax_rows": lambda: softmax(grader.ceil_div(n, 128), 128, (s, p, np.int32(n))),
+            "attn_pv": lambda: pv((grader.ceil_div(d, 16), grader.ceil_div(n, 16)), (16, 16), (p, v, o, np.int32(n), np.int32(d))),
+        }
+        for name, fn in steps.items():
+            rows.append({"kernel": name, "n": n, "d": d, "ms": grader.gpu_time_ms(fn, reps=10)})
+        rows.append({"kernel": "S and P in global memory", "n": n, "d": d, "bytes": 2 * n * n * 4})
+    return rows
+
+
+def time_softmax() -> list[dict]:
+    import cupy as cp
+
+    rows_kernel, online = _kernel("softmax_rows"), _kernel("online_softmax_rows")
+    out = []
+    for n in (1024, 2048, 4096, 8192):
+        x = cp.random.standard_normal((n, n), dtype=cp.float32)
+        y = cp.empty_like(x)
+        for name, fn in (("softmax_rows (thread per row, 3 passes)", lambda: rows_kernel(grader.ceil_div(n, 128), 128, (x, y, np.int32(n)))),
+                         ("online_softmax_rows (warp per row, 2 passes)", lambda: online(n, 32, (x, y, np.int32(n), np.int32(n))))):
+            ms = grader.gpu_time_ms(fn, reps=10)
+            out.append({"kernel": name, "n": n, "ms": ms, "GB_per_s_min_traffic": 2 * n * n * 4 / ms / 1e6})
+    return out
+
+
+def plot(out: Path, timings: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def lines(ax, rows, y, label_key="kernel"):
+        for name in dict.fromkeys(r[label_key] for r in rows if y in r):
+            pts = [(r["n"], r[y]) for r in rows if r[label_key] == name and y in r]
+            ax.plot(*zip(*pts), marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+
+    figs = {
+        "02_tiled_matmul.png": ("matmul_fp32", "gflops", "fp32 matmul on the GPU (n x n x n)", "GFLOP/s"),
+        "01_naive_attention.png": ("naive_attention", "ms", "naive attention kernels, d = 64, one head", "time (ms)"),
+        "03_online_softmax.png": ("softmax", "ms", "softmax over n x n", "time (ms)"),
+    }
+    for fname, (key, y, title, ylabel) in figs.items():
+        if key not in timings:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
+        lines(ax, timings[key], y)
+        if y == "ms":
+            ax.set_yscale("log")
+        ax.set(title=f"{title}\n{timings['device'].get('device', '')}", xlabel="n", ylabel=ylabel)
+        fig.tight_layout()
+        fig.savefig(out / fname)
+        plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--backend", choices=["gpu", "cpu"], default="gpu")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    grader.set_backend(args.backend)
+    report = {"device": device_info()}
+    print("device:", report["device"])
+    print("1. solutions")
+    report["solutions"] = check_solutions(args.backend)
+    print("2. wrong kernels")
+    report["wrong_kernels"] = check_wrong_kernels(args.backend)
+    if args.backend == "gpu":
+        print("3. same source on the GPU and the emulator")
+        report["cross_backend"] = cross_backend()
+        print("4. timings")
+        timings = {"device": report["device"], "matmul_fp32": time_matmul(), "naive_attention": time_naive_attention(), "softmax": time_softmax()}
+        report["timings"] = timings
+        plot(args.out, timings)
+    (args.out / "gpu_evidence.json").write_text(json.dumps(report, indent=1))
+    ok = all(r["passed"] == r["cases"] for r in report["solutions"]) and not any(
+        r["status"].startswith("passed") for r in report["wrong_kernels"])
+    print("all solutions pass and every checked wrong kernel is caught" if ok else "PROBLEMS: see the JSON")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""05_masking: causal attention that skips tiles, and per-batch key padding."""
+import numpy as np
+
+from .. import reference as ref
+from ..checks import Mistake, case, exercise, hidden
+from ._attention import OUTPUTS, forward_with_mask, qkv, scale_of
+
+MODULE = "05_masking"
+F32 = np.float32
+ROWS_PER_BLOCK = 64
+BC = 32
+
+
+def _ceil(n, b):
+    return -(-n // b)
+
+
+def _as_dict(ol):
+    return dict(O=ol[0], L=ol[1])
+
+
+def _causal_ref(p, x):
+    return _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], causal=True, scale=float(scale_of(p))))
+
+
+def _masked(p, x, keep):
+    return _as_dict(forward_with_mask(x, float(scale_of(p)), keep[None, None]))
+
+
+i_, j_ = (lambda n: np.arange(n)[:, None]), (lambda n: np.arange(n)[None, :])
+
+exercise(
+    id="flash_fwd_causal",
+    module=MODULE,
+    kernel="flash_fwd_causal",
+    signature="flash_fwd_causal(const float* Q, const float* K, const float* V, float* O, float* L, int N, int d, float scale)",
+    launch_shape=f"as flash_fwd_row: grid = (ceil_div(N, {ROWS_PER_BLOCK}), H, B), block = {ROWS_PER_BLOCK}, key tiles "
+    f"of {BC}; query i sees keys j <= i; skip every key tile that lies entirely above the block's last row",
+    make_inputs=qkv,
+    outputs=OUTPUTS,
+    reference=_causal_ref,
+    args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
+    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    block=lambda p: ROWS_PER_BLOCK,
+    race_check=True,
+    cases=[
+        case("single_query", B=1, H=1, N=1, d=32, seed=1),
+        case("one_tile", B=1, H=1, N=32, d=32, seed=2),
+        case("two_row_blocks", B=1, H=2, N=129, d=32, seed=3),
+        case("rising_max", B=1, H=1, N=100, d=64, rising=True, seed=4),
+        case("batches_and_heads", B=2, H=2, N=70, d=32, seed=5),
+        hidden("head_dim_128", B=1, H=1, N=65, d=128),
+        hidden("ragged", B=2, H=1, N=150, d=48, spread=5.0),
+    ],
+    mistakes=[
+        Mistake("mask off by one on the diagonal", "query i may attend to key i itself: keep j <= i, not j < i.",
+                lambda p, x: _masked(p, x, j_(p.N) < i_(p.N))),
+        Mistake("no causal mask", "query i must not see keys j > i: set those scores to -INFINITY.",
+                lambda p, x: _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p))))),
+        Mistake("diagonal tiles skipped", f"a row block must still process the key tiles that cross the diagonal "
+                f"(keys up to its last row), masking inside them; only tiles entirely above it can be skipped.",
+                lambda p, x: _masked(p, x, (j_(p.N) <= i_(p.N)) & (j_(p.N) < (i_(p.N) // ROWS_PER_BLOCK) * ROWS_PER_BLOCK))),
+        Mistake("upper tiles not masked", "tiles are skipped only when entirely above the diagonal; inside the tiles "
+                "that cross it, keys j > i still need the mask.",
+                lambda p, x: _masked(p, x, (j_(p.N) // BC) * BC <= ((i_(p.N) // ROWS_PER_BLOCK) * ROWS_PER_BLOCK + ROWS_PER_BLOCK - 1))),
+    ],
+)
+
+
+def _padded_inputs(p, rng):
+    x = qkv(p, rng)
+    x["key_lengths"] = np.asarray(p.lengths, dtype=np.int32)
+    return x
+
+
+def _padded_ref(p, x):
+    return _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)), key_lengths=x["key_lengths"]))
+
+
+def _big_negative_leak(p, x):
+    """A mask of -1e30 (not -inf) gives a fully-padded row uniform weights: O = mean of V."""
+    o, _ = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)), key_lengths=x["key_lengths"])
+    empty = np.asarray(x["key_lengths"]) == 0
+    if not empty.any():
+        return None
+    o = o.copy()
+    o[empty] = np.asarray(x["V"], np.float64)[empty].mean(axis=-2, keepdims=True)
+    return dict(O=o)
+
+
+exercise(
+    id="flash_fwd_padded",
+    module=MODULE,
+    kernel="flash_fwd_padded",
+    signature="flash_fwd_padded(const float* Q, const float* K, const float* V, const int* key_lengths, "
+    "float* O, float* L, int N, int d, float scale)",
+    launch_shape=f"as flash_fwd_row: grid = (ceil_div(N, {ROWS_PER_BLOCK}), H, B), block = {ROWS_PER_BLOCK}, key "
+    f"tiles of {BC}; batch b has key_lengths[b] valid keys (0..N): keys j >= key_lengths[b] are padding for every "
+    "query and head; skip tiles that are all padding; a row with no valid key gets O = 0 and L = -INFINITY",
+    make_inputs=_padded_inputs,
+    outputs=OUTPUTS,
+    reference=_padded_ref,
+    args=lambda p, a: (a.Q, a.K, a.V, a.key_lengths, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
+    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    block=lambda p: ROWS_PER_BLOCK,
+    race_check=True,
+    cases=[
+        case("no_padding", B=1, H=1, N=40, d=32, lengths=(40,), seed=1),
+        case("ragged_batch", B=3, H=2, N=70, d=32, lengths=(70, 33, 1), seed=2),
+        case("empty_sequence", B=2, H=1, N=50, d=32, lengths=(50, 0), seed=3),
+        case("tile_boundaries", B=3, H=1, N=96, d=64, lengths=(32, 64, 65), seed=4),
+        hidden("long_ragged", B=2, H=2, N=150, d=48, lengths=(149, 7)),
+        hidden("all_empty_but_one", B=3, H=1, N=40, d=128, lengths=(0, 40, 0)),
+    ],
+    mistakes=[
+        Mistake("key lengths ignored", "keys j >= key_lengths[b] are padding: mask them (score -INFINITY) or skip them.",
+                lambda p, x: _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p))))
+                if min(p.lengths) < p.N else None),
+        Mistake("padding off by one", "key_lengths[b] counts valid keys, so the last valid key is key_lengths[b] - 1: keep j < len.",
+                lambda p, x: _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)),
+                                                            key_lengths=np.minimum(x["key_lengths"] + 1, p.N)))
+                if min(p.lengths) < p.N else None),
+        Mistake("a large negative mask leaks into fully-masked rows", "with -1e30 instead of -INFINITY, a row whose keys "
+                "are all padding gets equal weights on every key (O = mean of V). Use -INFINITY, treat l == 0 as "
+                "'no key' and write O = 0, L = -INFINITY.", _big_negative_leak),
+    ],
+)
