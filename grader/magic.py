@@ -14,7 +14,9 @@ from .errors import CourseError
 
 def _show_course_error(shell, etype, evalue, tb, tb_offset=None):
     # The message already says what to change; the traceback would only show our internals.
-    return [f"{etype.__name__}: {evalue}"]
+    # _showtraceback is what Jupyter kernels override to send an error message (ename, evalue),
+    # so notebooks, nbclient and nbgrader still see the cell as failed.
+    shell._showtraceback(etype, evalue, [f"{etype.__name__}: {evalue}"])
 
 
 def cuda(line: str, cell: str):

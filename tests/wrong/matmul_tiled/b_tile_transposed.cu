@@ -1,0 +1,22 @@
+// expect: tile of B loaded transposed
+// Swaps threadIdx.x and threadIdx.y in the load of B: each 16 x 16 tile of B lands in
+// shared memory transposed.
+#define TILE 16
+
+extern "C" __global__ void matmul_tiled(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float As[TILE][TILE];
+    __shared__ float Bs[TILE][TILE];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int row = blockIdx.y * TILE + ty;
+    int col = blockIdx.x * TILE + tx;
+    float acc = 0.0f;
+    for (int t = 0; t < ceil_div(K, TILE); ++t) {
+        int bk = t * TILE + tx, bc = blockIdx.x * TILE + ty;
+        As[ty][tx] = (row < M && t * TILE + tx < K) ? A[row * K + t * TILE + tx] : 0.0f;
+        Bs[ty][tx] = (bk < K && bc < N) ? B[bk * N + bc] : 0.0f;
+        __syncthreads();
+        for (int k = 0; k < TILE; ++k) acc += As[ty][k] * Bs[k][tx];
+        __syncthreads();
+    }
+    if (row < M && col < N) C[row * N + col] = acc;
+}

