@@ -90,6 +90,7 @@ class Exercise:
     zeroed: tuple = ()  # outputs the launch expects zero-filled (kernels that accumulate with atomics)
     mistakes: list = field(default_factory=list)
     race_check: bool = False  # run one case under two schedules on the emulator
+    race_case: str | None = None  # default: the last visible case, usually the largest (a barrier race needs several tiles)
     options: tuple = ()
     description: str = ""
 
@@ -173,7 +174,7 @@ def _fmt_index(name, idx):
     return f"{name}[{', '.join(str(int(i)) for i in idx)}]"
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.ndarray) -> str | None:
+def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.ndarray, backend: str = "cpu") -> str | None:
     """None when ``got`` matches ``want``; otherwise a description of how it differs."""
     rtol, atol = tol
     gotf = got.astype(np.float64)
@@ -193,6 +194,11 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.nda
     computed_nan = np.isnan(gotf) & ~unwritten & ~np.isnan(want)
     if computed_nan.any():
         lines.append(f"  {int(computed_nan.sum())} element(s) are NaN computed by the kernel, the first at {_fmt_index(name, np.argwhere(computed_nan)[0])}.")
+        lines.append("  NaN comes from inf - inf, 0 * inf or 0 / 0: e.g. exp(m_old - m_new) when both maxima are "
+                     "-INFINITY (no key seen yet, or all masked: subtract 0 instead), or l = 0 for a row with no keys.")
+        if backend == "cpu":
+            lines.append("  On the emulator shared memory also starts as NaN, so reading a tile element no thread "
+                         "stored (edges of a partial tile not zero-filled) shows up here.")
     infs = np.isinf(gotf) & ~np.isinf(want)
     if infs.any():
         lines.append(f"  {int(infs.sum())} element(s) are +-inf where a finite value was expected, the first at {_fmt_index(name, np.argwhere(infs)[0])}.")
@@ -229,6 +235,17 @@ def _generic_diagnosis(name, got, want, unwritten, p) -> str | None:
             elif scale and np.isclose(r, 1 / scale, rtol=1e-3):
                 extra = " That factor is 1/scale: the scale is never applied."
             return f"every element of {name} is off by the same factor {r:.6g}.{extra}"
+    if want.ndim >= 2 and written.all():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows = got.astype(np.float64) / want
+        rows = rows.reshape(-1, want.shape[-1])
+        ok = np.isfinite(rows).all() and want.shape[-1] > 1
+        if ok:
+            per_row = np.median(rows, axis=1)
+            constant_in_row = np.allclose(rows, per_row[:, None], rtol=1e-3)
+            if constant_in_row and not np.allclose(per_row, per_row[0], rtol=1e-3):
+                return (f"each row of {name} is off by its own factor (from {per_row.min():.4g} to {per_row.max():.4g}): "
+                        "a per-row normalisation is missing or wrong, e.g. not dividing by the row sum l.")
     if written.all() and np.isfinite(g).all() and np.isfinite(w).all():
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.abs(g - w) / np.maximum(np.abs(w), 1e-3)
@@ -283,7 +300,7 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
         want = np.asarray(expected[name], dtype=np.float64)
         dtype = np.dtype(ex.outputs[name](p)[1]).name
         unwritten = never_written(got[name])
-        diff = compare(name, got[name], want, TOLERANCES[(dtype, be)], unwritten)
+        diff = compare(name, got[name], want, TOLERANCES[(dtype, be)], unwritten, be)
         if diff:  # the first wrong output explains the rest
             hint = _named_mistake(ex, p, inputs, got, expected, be) or _generic_diagnosis(name, got[name], want, unwritten, c.params)
             return CaseResult(c, False, f"case {shown}: {diff}" + (f"\n  Likely mistake: {hint}" if hint else ""))
@@ -326,11 +343,10 @@ def run_check(exercise_id: str, source: str, *, include_hidden: bool = False, ba
         return CheckResult(ex.id, be, [CaseResult(c, False, f"case {c.describe()}: {msg}") for c in cases[:1]])
     base = grading_seed() if seed is None else seed
     results = []
-    raced = False
+    race_name = (ex.race_case or ex.visible_cases()[-1].name) if ex.race_check and be == "cpu" else None
     for i, c in enumerate(cases):
         case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
-        race = ex.race_check and be == "cpu" and not raced and not c.hidden
-        raced = raced or race
+        race = c.name == race_name
         try:
             results.append(run_case(ex, compiled, c, case_seed, be, race_check=race))
         except CourseError as err:
@@ -338,7 +354,7 @@ def run_check(exercise_id: str, source: str, *, include_hidden: bool = False, ba
     return CheckResult(ex.id, be, results)
 
 
-def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False) -> CheckResult:
+def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False) -> None:
     """Check a kernel in a notebook: the visible cases, or with ``hidden=True`` the grading
     cases too. Prints one line per case; raises :class:`CheckFailed` explaining the first
     failure (so an nbgrader test cell fails with that message)."""
@@ -348,4 +364,3 @@ def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False
     failed = [r for r in result.results if not r.passed]
     if failed:
         raise CheckFailed(f"{exercise_id}: {failed[0].message}")
-    return result

@@ -56,7 +56,8 @@ enum BarrierReduce : int { kBarNone = 0, kBarCount, kBarAnd, kBarOr };
 
 // Defined by the launcher (exported with -rdynamic); kernel libraries resolve them at dlopen.
 // initial-exec: the variable lives in the executable's static TLS, so one %fs-relative load.
-extern thread_local emu::ThreadCtx emu_ctx __attribute__((tls_model("initial-exec")));
+// constinit: no dynamic initialisation, so no per-access TLS wrapper call either.
+extern constinit thread_local emu::ThreadCtx emu_ctx __attribute__((tls_model("initial-exec")));
 
 extern "C" {
 void emu_syncthreads(int line);

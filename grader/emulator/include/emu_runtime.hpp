@@ -38,31 +38,7 @@
 #define __CUDACC_RTC__ 1
 #define __CUDA_EMULATOR__ 1
 
-// ----------------------------------------------------------------------------- vector types
-#define EMU_VEC2(T, N, A)                                              \
-    struct __attribute__((aligned(A))) N##2 { T x, y; };                 \
-    inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
-#define EMU_VEC3(T, N)                                                 \
-    struct N##3 { T x, y, z; };                                        \
-    inline N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
-#define EMU_VEC4(T, N, A)                                              \
-    struct __attribute__((aligned(A))) N##4 { T x, y, z, w; };           \
-    inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
-
-EMU_VEC2(float, float, 8) EMU_VEC3(float, float) EMU_VEC4(float, float, 16)
-EMU_VEC2(int, int, 8) EMU_VEC3(int, int) EMU_VEC4(int, int, 16)
-EMU_VEC2(unsigned int, uint, 8) EMU_VEC4(unsigned int, uint, 16)
-EMU_VEC2(double, double, 16) EMU_VEC3(double, double) EMU_VEC4(double, double, 16)
-EMU_VEC2(short, short, 4) EMU_VEC4(short, short, 8)
-EMU_VEC2(unsigned short, ushort, 4) EMU_VEC4(unsigned short, ushort, 8)
-EMU_VEC2(signed char, char, 2) EMU_VEC4(signed char, char, 4)
-EMU_VEC2(unsigned char, uchar, 2) EMU_VEC4(unsigned char, uchar, 4)
-EMU_VEC2(long long, longlong, 16)
-EMU_VEC2(unsigned long long, ulonglong, 16)
 inline uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z) { return uint3{x, y, z}; }
-#undef EMU_VEC2
-#undef EMU_VEC3
-#undef EMU_VEC4
 
 // ----------------------------------------------------------------------------- built-ins
 #define threadIdx (static_cast<const ::uint3&>(emu_ctx.cur->tid))
@@ -78,7 +54,7 @@ inline uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z) { return
 #define __syncthreads_count(p) emu_syncthreads_reduce(__LINE__, ::emu::kBarCount, (p) ? 1 : 0)
 #define __syncthreads_and(p) emu_syncthreads_reduce(__LINE__, ::emu::kBarAnd, (p) ? 1 : 0)
 #define __syncthreads_or(p) emu_syncthreads_reduce(__LINE__, ::emu::kBarOr, (p) ? 1 : 0)
-#define __syncwarp(...) ::emu::syncwarp(__LINE__, ##__VA_ARGS__)
+#define __syncwarp(...) ::emu::syncwarp(__LINE__ __VA_OPT__(, ) __VA_ARGS__)
 #define __threadfence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
 #define __threadfence_block() __atomic_signal_fence(__ATOMIC_SEQ_CST)
 #define __threadfence_system() __atomic_thread_fence(__ATOMIC_SEQ_CST)
@@ -218,48 +194,14 @@ inline unsigned int atomicDec(unsigned int* p, unsigned int limit) {
 #define atomicCAS_block atomicCAS
 #define atomicExch_block atomicExch
 
-// ----------------------------------------------------------------------------- integer intrinsics
-inline int __popc(unsigned int x) { return __builtin_popcount(x); }
-inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
-inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
-inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
-inline int __ffs(int x) { return __builtin_ffs(x); }
-inline int __ffsll(long long x) { return __builtin_ffsll(x); }
-inline unsigned int __brev(unsigned int x) {
-    x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
-    x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
-    x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
-    return __builtin_bswap32(x);
-}
-inline int __mul24(int a, int b) { return (int)((long long)((a << 8) >> 8) * ((b << 8) >> 8)); }
-inline unsigned int __umul24(unsigned int a, unsigned int b) { return (a & 0xffffffu) * (b & 0xffffffu); }
-inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
-inline unsigned int __umulhi(unsigned int a, unsigned int b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
-inline long long __mul64hi(long long a, long long b) { return (long long)(((__int128)a * b) >> 64); }
-inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
-    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
-}
-
-// ----------------------------------------------------------------------------- memory, time, misc
-template <class T>
-inline T __ldg(const T* p) { return *p; }
-template <class T>
-inline T __ldcg(const T* p) { return *p; }
-template <class T>
-inline T __ldcs(const T* p) { return *p; }
-template <class T>
-inline void __stcg(T* p, T v) { *p = v; }
-template <class T>
-inline void __stcs(T* p, T v) { *p = v; }
-
+// ----------------------------------------------------------------------------- time, output, faults
 inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }
 #define clock() ((clock_t)__builtin_ia32_rdtsc())
 #define __nanosleep(ns) emu_yield()
 
 #undef printf
 #define printf emu_printf
-#undef assert
-#define assert(e) ((e) ? (void)0 : emu_assert_fail(#e, __FILE__, __LINE__))
+#include <assert.h>  // the emulator's, next to this header
 #define __trap() emu_trap(__FILE__, __LINE__)
 #define __brkpt() emu_trap(__FILE__, __LINE__)
 

@@ -1,4 +1,4 @@
-// expect: differ
+// expect: computes in lower precision
 #include <cuda_fp16.h>
 extern "C" __global__ void merge_states(const float* m_a, const float* l_a, const float* acc_a,
                                         const float* m_b, const float* l_b, const float* acc_b,

@@ -1,4 +1,4 @@
-// expect: differ
+// expect: computes in lower precision
 #include <cuda_fp16.h>
 extern "C" __global__ void online_softmax_rows(const float* x, float* y, int rows, int cols) {
     int row = blockIdx.x, lane = threadIdx.x;

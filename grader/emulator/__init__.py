@@ -1,0 +1,381 @@
+"""CPU emulator: run the course's CUDA C kernels, unchanged, on a machine without a GPU.
+
+g++ compiles the kernel source together with a small runtime header into a shared library; a
+worker process (``src/launcher.cpp``) loads it and runs each CUDA thread of a block as a fiber.
+A fiber runs until it reaches ``__syncthreads()`` or a warp collective, then the next one runs:
+that is one legal CUDA schedule, and a deterministic one. Blocks are spread over the CPU cores.
+
+What it checks, with messages that name the kernel, block, thread, array and source line:
+out-of-bounds global accesses (arrays sit against PROT_NONE guard pages), shared and local
+array overruns (``-fsanitize=bounds``), divergent ``__syncthreads()`` and warp collectives some
+lanes never reach, time limits, ``assert``/``__trap()``, and (``race_check=True``) results that
+change under a second legal schedule. ``count_io=True`` counts global and shared memory bytes
+through clang's load/store tracing.
+
+Honest limits:
+
+* It does not model speed: no timing, bank conflicts, coalescing, occupancy or register limits.
+  Timings it reports are the CPU's.
+* Numerics follow the CPU: no FMA contraction where the GPU would fuse, and fast intrinsics
+  (``__expf``, ``__fdividef``, ...) return accurate values. Compare with tolerances.
+* Memory model: one legal schedule (plus a second one with ``race_check``), not every
+  interleaving, so a race can go unnoticed; warps do not run in lockstep, so code relying on
+  implicit warp synchronicity without ``__syncwarp`` may work here and fail on a GPU.
+* Out-of-bounds reads just *before* an array's start are caught only when the array's size is a
+  multiple of 4 KiB or with ``race_check=True`` (whose second run places arrays the other way);
+  writes there are always caught. ``__shared__`` variables live in thread-local storage, so a
+  kernel's static shared size is what g++ allocates after optimisation (unused ones vanish).
+* ``__activemask()`` returns the lanes that have not exited, not the converged subset.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import (
+    BarrierError,
+    CompileError,
+    KernelAssertionError,
+    KernelFault,
+    KernelRuntimeError,
+    KernelTimeoutError,
+    LaunchConfigError,
+    OutOfBoundsError,
+    RaceConditionError,
+)
+from ..signature import Signature
+from . import _toolchain, _worker
+from ._build import Library, build, translation_unit
+from ._toolchain import available, fiber_backend
+from ..errors import BackendUnavailableError
+
+__all__ = [
+    "EmulatedKernel", "IOCounts", "LaunchReport", "available", "compile_kernel", "fiber_backend",
+    "translation_unit", "shutdown",
+]
+
+STATIC_SHARED_LIMIT = 48 * 1024
+SHARED_LIMIT = 227 * 1024
+DEFAULT_TIME_LIMIT = 20.0
+
+
+@dataclass(frozen=True)
+class IOCounts:
+    """Bytes one launch moved. ``per_array`` maps each array argument's name to
+    (bytes read, bytes written); atomics count as a read and a write."""
+
+    global_read: int
+    global_written: int
+    shared_read: int
+    shared_written: int
+    per_array: dict = field(default_factory=dict)
+
+
+@dataclass
+class LaunchReport:
+    printed: str
+    io: IOCounts | None
+    seconds: float
+
+
+def compile_kernel(source: str, name: str, signature: Signature, options: tuple[str, ...] = ()) -> "EmulatedKernel":
+    """Compile ``source`` (a translation unit, see ``translation_unit``) for the CPU."""
+    try:
+        lib = build(source, options)
+    except CompileError as e:
+        raise CompileError(f"{name}: the kernel does not compile.\n{e}") from None
+    return EmulatedKernel(name, signature, source, tuple(options), lib)
+
+
+# One lock for all launches: the worker processes are shared, and signal handling in them
+# assumes one launch at a time.
+_LOCK = threading.RLock()
+_WORKERS: dict[str, _worker.Worker] = {}
+
+
+def _get_worker(backend: str) -> _worker.Worker:
+    w = _WORKERS.get(backend)
+    if w is None or not w.alive():
+        if w is not None:
+            w.close()
+        w = _worker.Worker(backend)
+        _WORKERS[backend] = w
+    return w
+
+
+def _drop_worker(backend: str) -> None:
+    w = _WORKERS.pop(backend, None)
+    if w is not None:
+        w.close()
+
+
+def shutdown() -> None:
+    """Stop the worker processes (they also die with this process)."""
+    with _LOCK:
+        for backend in list(_WORKERS):
+            _drop_worker(backend)
+
+
+def _time_limit(value: float | None) -> float:
+    if value is not None:
+        return float(value)
+    return float(os.environ.get("GRADER_TIME_LIMIT", DEFAULT_TIME_LIMIT))
+
+
+class EmulatedKernel:
+    def __init__(self, name: str, signature: Signature, source: str, options: tuple, lib: Library):
+        self.name = name
+        self.signature = signature
+        self._source = source
+        self._options = options
+        self._lib = lib
+        self._io_lib: Library | None = None
+        self.static_shared_bytes = int(lib.static_shared.get(name, 0))
+
+    def __repr__(self) -> str:
+        return f"<EmulatedKernel {self.name}>"
+
+    # ------------------------------------------------------------------ launch
+
+    def launch(self, grid, block, args, shared_mem, *, time_limit=None, race_check=False, count_io=False) -> LaunchReport:
+        grid, block = tuple(int(v) for v in grid), tuple(int(v) for v in block)
+        shared_mem = int(shared_mem or 0)
+        self._check_shared(shared_mem)
+        limit = _time_limit(time_limit)
+        lib = self._lib
+        if count_io:
+            if self._io_lib is None:
+                self._io_lib = build(self._source, self._options, flavor="io")
+            lib = self._io_lib
+        start = time.perf_counter()
+        with _LOCK:
+            backend = fiber_backend()
+            first, io, printed = self._run(backend, lib, grid, block, shared_mem, args, limit,
+                                           reverse=False, align_start=False, count_io=count_io)
+            if race_check:
+                second, _, _ = self._run(backend, lib, grid, block, shared_mem, args, limit,
+                                         reverse=True, align_start=True, count_io=False)
+                self._compare(args, first, second)
+            for i, data in first.items():
+                args[i].reshape(-1).view(np.uint8)[:] = data
+        return LaunchReport(printed=printed, io=io, seconds=time.perf_counter() - start)
+
+    def _check_shared(self, dynamic: int) -> None:
+        static = self.static_shared_bytes
+        if static > STATIC_SHARED_LIMIT:
+            raise LaunchConfigError(
+                f"{self.name}: its static __shared__ arrays take {static} bytes, over the GPU's "
+                f"{STATIC_SHARED_LIMIT} byte limit for static shared memory. Use smaller tiles, or "
+                "extern __shared__ (dynamic) memory with a shared_mem launch argument."
+            )
+        if static + dynamic > SHARED_LIMIT:
+            raise LaunchConfigError(
+                f"{self.name}: {static} bytes of static plus {dynamic} bytes of dynamic shared memory "
+                f"exceed the {SHARED_LIMIT} bytes (227 KiB) a block can have on an H100."
+            )
+
+    def _run(self, backend, lib, grid, block, shared_mem, args, limit, *, reverse, align_start, count_io):
+        """One run in the worker: (outputs as arg index -> raw bytes, IOCounts or None, printed)."""
+        worker = _get_worker(backend)
+        try:
+            lib_id = worker.load(str(lib.path))
+            slots = worker.layout(args, align_start=align_start)
+            worker.fill(slots, args)
+            outcome = worker.run(lib_id, f"emu_entry_{self.name}", grid, block, shared_mem, args, slots,
+                                 reverse=reverse, count_io=count_io, time_limit=limit)
+        except _worker.WorkerDied as e:
+            _drop_worker(backend)
+            raise KernelRuntimeError(
+                f"{self.name}: the kernel crashed the emulator's worker process ({e}). "
+                "The next launch starts a fresh worker."
+            ) from None
+        if not outcome.ok:
+            _drop_worker(backend)
+            raise self._explain(outcome, lib, args, slots, limit)
+        for s in slots:
+            if worker.canary_damaged(s) and not align_start:
+                # Something wrote just before an array. Run again with every array right after a
+                # guard page: the write then faults and is reported with thread and line.
+                self._run(backend, lib, grid, block, shared_mem, args, limit, reverse=reverse,
+                          align_start=True, count_io=False)
+                p = self.signature.params[s.index]
+                raise OutOfBoundsError(f"{self.name}: the kernel wrote before the start of {p.name} (index < 0).",
+                                       kernel=self.name)
+        outputs = {s.index: worker.view(s).copy() for s in slots if not self.signature.params[s.index].const}
+        io = None
+        if count_io:
+            io = self._io_counts(outcome.io, args)
+        return outputs, io, outcome.printed
+
+    def _io_counts(self, numbers, args) -> IOCounts:
+        shared_read, shared_written = numbers[0], numbers[1]
+        per = {}
+        for i, p in enumerate(self.signature.params):
+            if isinstance(args[i], np.ndarray):
+                per[p.name] = (numbers[2 + 2 * i], numbers[3 + 2 * i])
+        return IOCounts(sum(r for r, _ in per.values()), sum(w for _, w in per.values()),
+                        shared_read, shared_written, per)
+
+    # ------------------------------------------------------------------ race check
+
+    def _compare(self, args, first: dict, second: dict) -> None:
+        for i, a_bytes in first.items():
+            b_bytes = second[i]
+            if np.array_equal(a_bytes, b_bytes):
+                continue
+            p = self.signature.params[i]
+            arr = args[i]
+            a, b = _as_values(a_bytes, arr, p.dtype), _as_values(b_bytes, arr, p.dtype)
+            if a.dtype.kind == "f":
+                scale = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 1.0
+                same = np.isclose(a, b, rtol=1e-4, atol=1e-6 * max(scale, 1e-30)) | (np.isnan(a) & np.isnan(b))
+            else:
+                same = a == b
+            if same.all():
+                continue
+            k = int(np.flatnonzero(~same)[0])
+            where = f"{p.name}[{k}]"
+            if arr.ndim > 1:
+                where += f" (index {tuple(int(v) for v in np.unravel_index(k, arr.shape))} of shape {arr.shape})"
+            raise RaceConditionError(
+                f"{self.name}: race condition. Two legal schedules of the same launch (threads and blocks "
+                f"run in the opposite order) give different results: {where} is {a[k]!r} in one and "
+                f"{b[k]!r} in the other ({int((~same).sum())} of {same.size} elements differ).\n"
+                "Some thread reads memory that another thread writes with no __syncthreads() (or atomic) "
+                "in between: typically a shared-memory tile overwritten for the next iteration while other "
+                "threads still read the current one. Put a __syncthreads() after the loads and another "
+                "before the tile is overwritten.",
+                kernel=self.name,
+            )
+
+    # ------------------------------------------------------------------ errors
+
+    def _explain(self, o: _worker.Outcome, lib: Library, args, slots, limit) -> Exception:
+        line = o.line
+        if line is None and o.pc and o.kind != _worker.ASSERT:
+            line = _source_line(lib.path, o.pc - o.lib_base)
+        who = _who(o)
+        at = self._at(line, lib)
+        printed = ""
+        if o.printed.strip():
+            tail = o.printed[-2000:]
+            printed = f"\nThe kernel printed before it stopped:\n{tail.rstrip()}"
+        fault = dict(kernel=self.name, block=o.block, thread=o.thread, line=line)
+        k = o.kind
+        if k == _worker.SEGV:
+            return OutOfBoundsError(f"{self.name}: {who} {self._describe_access(o, args, slots)}{at}.{printed}", **fault)
+        if k == _worker.SHARED_OOB:
+            size, offset = (int(v) for v in o.text.split())
+            verb = "wrote" if o.is_write else "read"
+            if size == 0:
+                msg = (f"{who} {verb} dynamic shared memory (extern __shared__) but the launch gave it 0 bytes: "
+                       "pass the size in bytes as shared_mem")
+            else:
+                msg = (f"{who} {verb} byte {offset} of the dynamic shared memory (extern __shared__), "
+                       f"which has {size} bytes (shared_mem={size})")
+            return OutOfBoundsError(f"{self.name}: {msg}{at}.{printed}", **fault)
+        if k == _worker.BOUNDS:
+            return OutOfBoundsError(
+                f"{self.name}: {who} indexed a __shared__ or local array past its declared size{at}. "
+                f"Check the index against the array's dimensions.{printed}", **fault)
+        if k == _worker.STACK:
+            return KernelFault(
+                f"{self.name}: {who} overflowed its 256 KiB stack{at}: local arrays too large or "
+                f"recursion too deep.{printed}", **fault)
+        if k == _worker.FPE:
+            return KernelFault(f"{self.name}: {who} divided an integer by zero{at}.{printed}", **fault)
+        if k == _worker.ASSERT:
+            return KernelAssertionError(
+                f"{self.name}: assertion `{o.text}` failed in {who}{at}.{printed}", **fault)
+        if k == _worker.TRAP:
+            return KernelAssertionError(f"{self.name}: {who} called __trap(){at}.{printed}", **fault)
+        if k == _worker.BARRIER:
+            block = f" in block {_xyz(o.block)}" if o.block else ""
+            return BarrierError(f"{self.name}{block}: {o.text}{printed}", **fault)
+        if k == _worker.TIMEOUT:
+            where = f" {who[0].upper()}{who[1:]} was running{at}." if o.block else ""
+            return KernelTimeoutError(
+                f"{self.name}: still running after {limit:g} s, the time limit: an endless loop, or a "
+                f"thread spinning on a value no other thread will change?{where} If the kernel is just "
+                f"slow, raise time_limit (or GRADER_TIME_LIMIT).{printed}", **fault)
+        if k == _worker.BUS:
+            return OutOfBoundsError(f"{self.name}: {who} made a misaligned or invalid memory access{at}.{printed}", **fault)
+        return KernelRuntimeError(f"{self.name}: {who} failed: {o.text or 'unknown error'}{at}.{printed}")
+
+    def _at(self, line: int | None, lib: Library) -> str:
+        if line is None:
+            return ""
+        if 1 <= line <= len(lib.source_lines):
+            return f" (line {line}: `{lib.source_lines[line - 1].strip()}`)"
+        return f" (line {line})"
+
+    def _describe_access(self, o: _worker.Outcome, args, slots) -> str:
+        verb = "wrote" if o.is_write else "read"
+        if o.addr < 65536:
+            return f"{verb} through a null (or nearly null) pointer, address {o.addr:#x}"
+        starts = _worker.worker_starts(slots, o.arena_base)
+        best = None
+        for s in slots:
+            lo = starts[s.index]
+            hi = lo + s.nbytes
+            dist = lo - o.addr if o.addr < lo else max(0, o.addr - hi + 1)
+            if best is None or dist < best[0]:
+                best = (dist, s, lo)
+        if best is None:
+            return f"{verb} address {o.addr:#x}, which is in no array argument"
+        dist, s, lo = best
+        p = self.signature.params[s.index]
+        arr = args[s.index]
+        item = arr.itemsize or 1
+        index = (o.addr - lo) // item
+        shape = f" (shape {arr.shape})" if arr.ndim > 1 else ""
+        if dist > (1 << 20):
+            return (f"{verb} address {o.addr:#x}, which is in no array (the nearest, {p.name}, has {arr.size} "
+                    f"elements; this would be index {index}): a pointer or index is far off")
+        side = "before its start" if index < 0 else "past its end"
+        return f"{verb} {p.name}[{index}] but {p.name} has {arr.size} elements{shape}, so that is {side}"
+
+
+def _as_values(raw: np.ndarray, like: np.ndarray, dtype_name: str | None) -> np.ndarray:
+    if dtype_name == "bfloat16" or like.dtype.name == "bfloat16":
+        bits = raw.view(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32)
+    values = raw.view(like.dtype)
+    if values.dtype.kind == "f" and values.dtype.itemsize < 4:
+        return values.astype(np.float32)
+    return values
+
+
+def _xyz(v) -> str:
+    return f"({v[0]},{v[1]},{v[2]})"
+
+
+def _who(o: _worker.Outcome) -> str:
+    if o.thread is not None and o.block is not None:
+        return f"thread {_xyz(o.thread)} of block {_xyz(o.block)}"
+    if o.block is not None:
+        return f"block {_xyz(o.block)}"
+    return "the kernel"
+
+
+def _source_line(lib_path, offset: int) -> int | None:
+    """The student's line for a code address in the library (innermost frame in kernel.cu)."""
+    if offset <= 0:
+        return None
+    try:
+        out = subprocess.run(["addr2line", "-e", str(lib_path), "-i", f"{offset:#x}"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for row in out.splitlines():
+        path, _, rest = row.rpartition(":")
+        if os.path.basename(path) == "kernel.cu":
+            digits = rest.split()[0] if rest.split() else ""
+            if digits.isdigit():
+                return int(digits)
+    return None

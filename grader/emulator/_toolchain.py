@@ -1,0 +1,173 @@
+"""Compilers, fiber back ends, the cache folder and the launcher executable."""
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BackendUnavailableError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+EMU_INCLUDE = PACKAGE_DIR / "include"
+EMU_SRC = PACKAGE_DIR / "src"
+COURSE_INCLUDE = PACKAGE_DIR.parent / "include"
+
+BACKENDS = ("boost", "ucontext")
+_BOOST_HEADER = "boost/context/detail/fcontext.hpp"
+
+# Flags every kernel library gets.
+# -fno-finite-loops: a spin-wait with no side effects must stay a loop (the time limit catches
+#   it) instead of being deleted.
+# -fsanitize=bounds, trapping: indexing a fixed-size shared or local array out of range executes
+#   ud2, which the launcher reports; no cross-jumping/tail merging, so each check keeps its own
+#   trap instruction and hence its own line.
+# -fstack-clash-protection: a huge local array touches each stack page in turn, so it faults on
+#   the fiber's guard page instead of silently landing in another fiber's stack.
+# -g1 -gdwarf-4: line tables map a fault's address to the student's line (addr2line 2.40 misreads
+#   the file names that #line directives give in GCC 12's DWARF 5).
+GXX_FLAGS = (
+    "-std=c++20", "-O2", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-plt",
+    "-fno-finite-loops", "-fno-strict-aliasing", "-fstack-clash-protection",
+    "-fsanitize=bounds", "-fsanitize-undefined-trap-on-error", "-fno-crossjumping", "-fno-tree-tail-merge",
+    "-fdiagnostics-color=never", "-Wno-unknown-pragmas", "-Wno-attributes",
+)
+# IO accounting: clang calls __sanitizer_cov_load*/store* (defined in the launcher) before every
+# memory access. Bounds checks stay off so that only the kernel's own accesses are traced.
+CLANG_FLAGS = (
+    "-std=c++20", "-O2", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-finite-loops", "-fno-strict-aliasing",
+    "-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-fno-color-diagnostics",
+    "-Wno-unknown-pragmas", "-Wno-unknown-attributes", "-w",
+    "-DEMU_COUNT_IO=1",
+)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("GRADER_CACHE_DIR")
+    path = Path(root) if root else Path.home() / ".cache" / "flash-course" / "emulator"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def gxx() -> str | None:
+    return shutil.which(os.environ.get("GRADER_CXX", "g++"))
+
+
+@functools.lru_cache(maxsize=None)
+def clang() -> str | None:
+    for name in ("clang++-16", "clang++"):
+        found = shutil.which(name)
+        if found and _clang_major(found) >= 16:
+            return found
+    return None
+
+
+def _clang_major(path: str) -> int:
+    try:
+        out = subprocess.run([path, "-dumpversion"], capture_output=True, text=True, timeout=10).stdout
+        return int(out.strip().split(".")[0])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_id(path: str) -> str:
+    return subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+
+
+@functools.lru_cache(maxsize=None)
+def boost_available() -> bool:
+    dirs = [Path("/usr/include"), Path("/usr/local/include")]
+    if not any((d / _BOOST_HEADER).exists() for d in dirs):
+        return False
+    return ctypes.util.find_library("boost_context") is not None
+
+
+def fiber_backend() -> str:
+    """The fiber back end launches use: GRADER_EMULATOR_FIBERS if set, else boost when present."""
+    forced = os.environ.get("GRADER_EMULATOR_FIBERS", "").strip().lower()
+    if forced:
+        if forced not in BACKENDS:
+            raise BackendUnavailableError(f"GRADER_EMULATOR_FIBERS={forced!r}: choose 'boost' or 'ucontext'.")
+        if forced == "boost" and not boost_available():
+            raise BackendUnavailableError(
+                "GRADER_EMULATOR_FIBERS=boost but Boost.Context is not installed: "
+                "apt-get install libboost-context-dev (or unset the variable to use ucontext)."
+            )
+        return forced
+    return "boost" if boost_available() else "ucontext"
+
+
+def available() -> tuple[bool, str]:
+    compiler = gxx()
+    if compiler is None:
+        return False, "the CPU emulator needs g++ (C++20): apt-get install g++"
+    fibers = "Boost.Context" if boost_available() else "ucontext (apt-get install libboost-context-dev for speed)"
+    io = "clang-16 present" if clang() else "no clang-16 (count_io unavailable: apt-get install clang-16)"
+    return True, f"{_compiler_id(compiler)}; fibers: {fibers}; {io}"
+
+
+def require_gxx() -> str:
+    compiler = gxx()
+    if compiler is None:
+        raise BackendUnavailableError("The CPU emulator needs g++ with C++20: apt-get install g++")
+    return compiler
+
+
+def require_clang() -> str:
+    compiler = clang()
+    if compiler is None:
+        raise BackendUnavailableError(
+            "count_io=True needs clang 16 or newer to trace memory accesses: apt-get install clang-16"
+        )
+    return compiler
+
+
+@functools.lru_cache(maxsize=None)
+def runtime_version() -> str:
+    """Hash of everything a compiled kernel depends on besides its own source."""
+    h = hashlib.sha256()
+    for folder in (EMU_INCLUDE, EMU_SRC, COURSE_INCLUDE):
+        for f in sorted(folder.glob("*")):
+            if f.is_file():
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    h.update(repr((GXX_FLAGS, CLANG_FLAGS)).encode())
+    h.update(_compiler_id(require_gxx()).encode())
+    return h.hexdigest()[:16]
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Move a finished build folder into place; another process may have won the race."""
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def launcher(backend: str) -> Path:
+    """The worker executable for one fiber back end, built once per runtime version."""
+    final = cache_dir() / "launcher" / f"{runtime_version()}-{backend}"
+    exe = final / "emu-launcher"
+    if exe.exists():
+        return exe
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".build-"))
+    cmd = [
+        require_gxx(), "-std=c++20", "-O2", "-g", "-pthread", "-rdynamic", f"-iquote{EMU_INCLUDE}",
+        f"-DEMU_FIBERS_BOOST={1 if backend == 'boost' else 0}",
+        str(EMU_SRC / "launcher.cpp"), "-o", str(tmp / "emu-launcher"), "-ldl",
+    ]
+    if backend == "boost":
+        cmd.append("-lboost_context")
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BackendUnavailableError(f"building the emulator's launcher failed:\n{done.stderr[-4000:]}")
+    publish_dir(tmp, final)
+    return exe

@@ -1,0 +1,209 @@
+"""nbgrader preprocessors for a course whose answers are ``%%cuda`` cells.
+
+Wired in by the repository's ``nbgrader_config.py``:
+
+* :class:`ClearSolutionsCuda` replaces nbgrader's ``ClearSolutions`` in ``generate_assignment``.
+  A ``%%cuda`` cell loses the lines between ``// BEGIN SOLUTION`` and ``// END SOLUTION`` like a
+  Python cell does, but gets a CUDA stub (``// YOUR CODE HERE``, indented like the BEGIN line)
+  instead of Python's ``raise NotImplementedError()``; everything the author left outside the
+  region (the magic line, the signature, hints in comments) stays. Python cells keep nbgrader's
+  stock stub.
+* :class:`LimitOutputBytes` caps every cell's output in **bytes** (nbgrader's ``LimitOutput``
+  counts lines only, so a single 20 MB line went straight into the autograded notebook and the
+  feedback). Used in ``autograde`` and again in ``generate_feedback``.
+* :class:`HideHiddenTestTracebacks` shortens the error of a cell holding hidden tests to its
+  last line (``CheckFailed: ...``) in feedback: IPython's traceback quotes the failing source
+  line, which would show the hidden test that ``ClearHiddenTests`` removes from the source.
+
+Importing this module needs nbgrader (the course pipeline), never the GPU or the emulator.
+"""
+from __future__ import annotations
+
+import re
+from typing import Tuple
+
+from nbconvert.exporters.exporter import ResourcesDict
+from nbformat.notebooknode import NotebookNode
+from traitlets import Integer, Unicode
+
+from nbgrader import utils
+from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
+
+CUDA_MAGIC = "%%cuda"
+
+
+def is_cuda_cell(cell: NotebookNode) -> bool:
+    """A code cell whose first line is the ``%%cuda NAME`` cell magic."""
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(CUDA_MAGIC)
+
+
+class ClearSolutionsCuda(ClearSolutions):
+    """``ClearSolutions`` that gives ``%%cuda`` cells a CUDA stub (configure it as
+    ``ClearSolutions.*``: traitlets applies a parent class's settings to this subclass)."""
+
+    cuda_stub = Unicode(
+        "// YOUR CODE HERE",
+        help="What replaces the solution region of a %%cuda cell (indented like the BEGIN line).",
+    ).tag(config=True)
+
+    def _replace_solution_region(self, cell: NotebookNode, language: str) -> bool:
+        if not is_cuda_cell(cell):
+            return super()._replace_solution_region(cell, language)
+        stub_lines = self.cuda_stub.split("\n")
+        new_lines, in_solution, replaced = [], False, False
+        for line in cell.source.split("\n"):
+            if self.begin_solution_delimeter in line:
+                if in_solution:
+                    self.log.error("Nested BEGIN SOLUTION in a %%cuda cell:\n%s", cell.source)
+                    raise RuntimeError("encountered nested begin solution statements")
+                in_solution = replaced = True
+                indent = re.match(r"\s*", line).group(0)
+                new_lines.extend(indent + stub for stub in stub_lines)
+            elif self.end_solution_delimeter in line:
+                in_solution = False
+            elif not in_solution:
+                new_lines.append(line)
+        if in_solution:
+            self.log.error("No END SOLUTION in a %%cuda cell:\n%s", cell.source)
+            raise RuntimeError("no end solution statement found")
+        cell.source = "\n".join(new_lines)
+        return replaced
+
+    def preprocess_cell(self, cell: NotebookNode, resources: ResourcesDict, cell_index: int) -> Tuple[NotebookNode, ResourcesDict]:
+        if not is_cuda_cell(cell):
+            return super().preprocess_cell(cell, resources, cell_index)
+        original = cell.source
+        replaced = self._replace_solution_region(cell, resources["language"])
+        solution = utils.is_solution(cell)
+        if replaced and not solution and self.enforce_metadata:
+            self.log.error("Solution region in a %%cuda cell that is not a solution cell:\n%s", original)
+            raise RuntimeError(
+                "Solution region detected in a non-solution cell; please make sure "
+                "all solution regions are within solution cells."
+            )
+        if solution and not replaced:
+            # A whole-cell solution: keep the magic line (it names the kernel), stub the rest.
+            magic = original.lstrip().split("\n", 1)[0]
+            cell.source = magic + "\n" + self.cuda_stub
+        return cell, resources
+
+
+def _utf8_cut(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` whose UTF-8 encoding fits in ``limit`` bytes."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[:max(limit, 0)].decode("utf-8", errors="ignore")
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return len(str(value).encode("utf-8"))
+
+
+class LimitOutputBytes(NbGraderPreprocessor):
+    """Cap each code cell's outputs at ``max_bytes`` in total (streams, rich displays, errors).
+
+    Text is cut at the limit with a note saying how much was dropped; a rich output that does
+    not fit (an image, a huge HTML table) keeps only the start of its plain text. Error
+    outputs are always kept (each cut to ``max_bytes``). Counting bytes, not lines, is what
+    keeps a student's ``print("x" * 20_000_000)`` out of the autograded notebook and the
+    feedback. In ``autograde`` it runs *after* ``SaveAutoGrades``, so scores are computed on the
+    full output and capping can never change a grade."""
+
+    max_bytes = Integer(
+        100_000,
+        help="Maximum bytes of output kept per code cell (-1: no limit).",
+    ).tag(config=True)
+
+    note = Unicode(
+        "\n... output truncated: {dropped} more bytes (cells may show at most {limit} bytes) ...\n",
+        help="Appended where output was cut; may use {dropped} and {limit}.",
+    ).tag(config=True)
+
+    def _note(self, dropped: int) -> str:
+        return self.note.format(dropped=dropped, limit=self.max_bytes)
+
+    def preprocess_cell(self, cell: NotebookNode, resources: ResourcesDict, cell_index: int) -> Tuple[NotebookNode, ResourcesDict]:
+        if self.max_bytes < 0 or cell.cell_type != "code" or not cell.get("outputs"):
+            return cell, resources
+        budget = self.max_bytes
+        kept, dropped = [], 0
+        for out in cell.outputs:
+            size = self._output_size(out)
+            if out.get("output_type") == "error":
+                # Errors are always kept (a failed test must still show as failed), each cut
+                # to the cap on its own.
+                if size > self.max_bytes:
+                    out = self._shrink(out, self.max_bytes)
+                    dropped += size - self._output_size(out)
+                kept.append(out)
+            elif size <= budget:
+                kept.append(out)
+                budget -= size
+            else:
+                if budget > 0:
+                    out = self._shrink(out, budget)
+                    kept.append(out)
+                    dropped += size - self._output_size(out)
+                else:
+                    dropped += size
+                budget = 0
+        if dropped:
+            # stdout, so the note itself never reads as a failure (nbgrader scores a grade
+            # cell with any stderr output as 0).
+            kept.append(NotebookNode(output_type="stream", name="stdout", text=self._note(dropped)))
+            cell.outputs = kept
+        return cell, resources
+
+    @staticmethod
+    def _output_size(out: NotebookNode) -> int:
+        kind = out.get("output_type")
+        if kind == "stream":
+            return _nbytes(out.get("text", ""))
+        if kind == "error":
+            return _nbytes(out.get("ename", "")) + _nbytes(out.get("evalue", "")) + _nbytes(out.get("traceback", []))
+        return sum(_nbytes(v) for v in out.get("data", {}).values())
+
+    @staticmethod
+    def _shrink(out: NotebookNode, budget: int) -> NotebookNode:
+        kind = out.get("output_type")
+        if kind == "stream":
+            out.text = _utf8_cut(out.get("text", ""), budget)
+            return out
+        if kind == "error":
+            out.evalue = _utf8_cut(out.get("evalue", ""), budget // 2)
+            lines, left = [], budget - _nbytes(out.evalue) - _nbytes(out.get("ename", ""))
+            for line in out.get("traceback", []):
+                if _nbytes(line) > left:
+                    lines.append(_utf8_cut(line, max(left, 0)))
+                    break
+                lines.append(line)
+                left -= _nbytes(line)
+            out.traceback = lines
+            return out
+        # display_data / execute_result: keep plain text only, cut to the budget.
+        text = out.get("data", {}).get("text/plain", "")
+        if isinstance(text, list):
+            text = "".join(text)
+        out.data = {"text/plain": _utf8_cut(text, budget)}
+        return out
+
+
+class HideHiddenTestTracebacks(NbGraderPreprocessor):
+    """In cells holding hidden tests, keep only an error's last line (``ename: evalue``).
+
+    Run before ``ClearHiddenTests`` (which recognises the cells by the same delimiter and then
+    removes the hidden source). The check's message explains the failure without the source."""
+
+    begin_test_delimeter = Unicode("BEGIN HIDDEN TESTS", help="Marks a hidden test region.").tag(config=True)
+
+    def preprocess_cell(self, cell: NotebookNode, resources: ResourcesDict, cell_index: int) -> Tuple[NotebookNode, ResourcesDict]:
+        if cell.cell_type == "code" and self.begin_test_delimeter in cell.source:
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    out.traceback = [f"\x1b[0;31m{out.get('ename', 'Error')}\x1b[0m: {out.get('evalue', '')}"]
+        return cell, resources

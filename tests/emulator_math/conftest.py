@@ -1,0 +1,46 @@
+"""Fixtures for the emulator's math headers: compile C++ against grader/emulator/include with g++."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = HERE.parents[1] / "grader" / "emulator" / "include"
+FLAGS = ["-std=c++20", "-Wall", "-Wextra", "-Wpedantic", "-Werror", f"-I{INCLUDE}"]
+
+
+@pytest.fixture(scope="session")
+def gxx() -> str:
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ is not installed")
+    return cxx
+
+
+def compile_cpp(gxx: str, sources: list[Path], out: Path | None, *flags: str) -> None:
+    """Compile (and link, when out is given) or only syntax-check the sources; fail with g++'s output."""
+    cmd = [gxx, *FLAGS, *flags, *map(str, sources)]
+    cmd += ["-o", str(out)] if out is not None else ["-fsyntax-only"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+
+
+@pytest.fixture(scope="session")
+def probe(gxx, tmp_path_factory):
+    """probe(op, records, out_dtype, ncols): run probe.cpp's OP on the records (a NumPy array,
+    one record per element) and return its results as an array of shape (len(records), ncols)."""
+    exe = tmp_path_factory.mktemp("probe") / "probe"
+    compile_cpp(gxx, [HERE / "probe.cpp"], exe, "-O2")
+
+    def run(op: str, records: np.ndarray, out_dtype, ncols: int) -> np.ndarray:
+        res = subprocess.run([str(exe), op], input=np.ascontiguousarray(records).tobytes(), capture_output=True)
+        assert res.returncode == 0, res.stderr.decode()
+        out = np.frombuffer(res.stdout, dtype=out_dtype)
+        return out.reshape(len(records), ncols)
+
+    return run
