@@ -1,31 +1,40 @@
 """CPU emulator: run the course's CUDA C kernels, unchanged, on a machine without a GPU.
 
 g++ compiles the kernel source together with a small runtime header into a shared library; a
-worker process (``src/launcher.cpp``) loads it and runs each CUDA thread of a block as a fiber.
-A fiber runs until it reaches ``__syncthreads()`` or a warp collective, then the next one runs:
-that is one legal CUDA schedule, and a deterministic one. Blocks are spread over the CPU cores.
+persistent worker process (``src/launcher.cpp``) loads it and runs each CUDA thread of a block
+as a fiber (Boost.Context, or ucontext without Boost). A fiber runs until it reaches
+``__syncthreads()`` or a warp collective, then the next one runs: one legal CUDA schedule, and
+a deterministic one. Blocks are spread over the CPU cores. Kernels never run in the Python
+process, so a crash or an endless loop costs only the worker, which is restarted.
 
 What it checks, with messages that name the kernel, block, thread, array and source line:
 out-of-bounds global accesses (arrays sit against PROT_NONE guard pages), shared and local
-array overruns (``-fsanitize=bounds``), divergent ``__syncthreads()`` and warp collectives some
-lanes never reach, time limits, ``assert``/``__trap()``, and (``race_check=True``) results that
-change under a second legal schedule. ``count_io=True`` counts global and shared memory bytes
-through clang's load/store tracing.
+array overruns (``-fsanitize=bounds``), dynamic shared memory overruns, divergent
+``__syncthreads()`` and warp collectives some lanes never reach, the time limit
+(``time_limit`` or ``GRADER_TIME_LIMIT``, default 20 s), ``assert``/``__trap()``, stack
+overflow, integer division by zero, and (``race_check=True``) results that change under a
+second legal schedule: threads and blocks in reverse order. Shared memory starts as 0xFF bytes
+(NaN as float) in every block, so reading what no thread wrote shows up. ``count_io=True``
+counts global bytes per array and shared bytes, through clang's load/store tracing (clang-16).
 
 Honest limits:
 
 * It does not model speed: no timing, bank conflicts, coalescing, occupancy or register limits.
-  Timings it reports are the CPU's.
+  ``LaunchReport.seconds`` is the CPU's time.
 * Numerics follow the CPU: no FMA contraction where the GPU would fuse, and fast intrinsics
   (``__expf``, ``__fdividef``, ...) return accurate values. Compare with tolerances.
-* Memory model: one legal schedule (plus a second one with ``race_check``), not every
-  interleaving, so a race can go unnoticed; warps do not run in lockstep, so code relying on
-  implicit warp synchronicity without ``__syncwarp`` may work here and fail on a GPU.
-* Out-of-bounds reads just *before* an array's start are caught only when the array's size is a
-  multiple of 4 KiB or with ``race_check=True`` (whose second run places arrays the other way);
-  writes there are always caught. ``__shared__`` variables live in thread-local storage, so a
-  kernel's static shared size is what g++ allocates after optimisation (unused ones vanish).
-* ``__activemask()`` returns the lanes that have not exited, not the converged subset.
+* Memory model: one legal schedule (two with ``race_check``), not every interleaving, so a race
+  can go unnoticed. Warps do not run in lockstep: code that relies on implicit warp
+  synchronicity without ``__syncwarp`` may pass here and fail on a GPU. ``race_check``
+  compares floats with a relative tolerance of 1e-4 (atomics add in a different order).
+* Out-of-bounds reads just *before* an array are caught when its size is a multiple of 4 KiB or
+  with ``race_check=True`` (its second run places arrays the other way round); writes there are
+  always caught. Each array has 64 KiB of unmapped memory on either side: an index that jumps
+  further than that can land in another array unnoticed.
+* ``__shared__`` variables live in the worker's thread-local storage; a kernel's static shared
+  size is what g++ allocates after optimisation (unused arrays vanish), counted per kernel plus
+  every shared variable outside a kernel.
+* ``__activemask()`` returns the warp's lanes that have not exited, not the converged subset.
 """
 from __future__ import annotations
 
@@ -49,10 +58,10 @@ from ..errors import (
     RaceConditionError,
 )
 from ..signature import Signature
+from ..source import format_compile_log
 from . import _toolchain, _worker
-from ._build import Library, build, translation_unit
+from ._build import Library, build, student_code, translation_unit
 from ._toolchain import available, fiber_backend
-from ..errors import BackendUnavailableError
 
 __all__ = [
     "EmulatedKernel", "IOCounts", "LaunchReport", "available", "compile_kernel", "fiber_backend",
@@ -88,7 +97,14 @@ def compile_kernel(source: str, name: str, signature: Signature, options: tuple[
     try:
         lib = build(source, options)
     except CompileError as e:
-        raise CompileError(f"{name}: the kernel does not compile.\n{e}") from None
+        diagnostics = str(e)
+        message = format_compile_log(diagnostics, student_code(source), name, "g++")
+        # Errors raised inside the runtime's templates (a static_assert, say) carry no student
+        # line; the student's line appears as "required from here" above, so add their text.
+        unplaced = [ln for ln in diagnostics.splitlines() if ln.startswith(("error:", "fatal error:"))]
+        if unplaced and diagnostics not in message:
+            message += "\n" + "\n".join(f"  {ln}" for ln in unplaced)
+        raise CompileError(message) from None
     return EmulatedKernel(name, signature, source, tuple(options), lib)
 
 
@@ -181,8 +197,8 @@ class EmulatedKernel:
 
     def _run(self, backend, lib, grid, block, shared_mem, args, limit, *, reverse, align_start, count_io):
         """One run in the worker: (outputs as arg index -> raw bytes, IOCounts or None, printed)."""
-        worker = _get_worker(backend)
         try:
+            worker = _get_worker(backend)
             lib_id = worker.load(str(lib.path))
             slots = worker.layout(args, align_start=align_start)
             worker.fill(slots, args)
@@ -194,6 +210,11 @@ class EmulatedKernel:
                 f"{self.name}: the kernel crashed the emulator's worker process ({e}). "
                 "The next launch starts a fresh worker."
             ) from None
+        except BaseException:
+            # Interrupted (Ctrl-C in Jupyter) while the kernel ran: its reply would confuse the
+            # next launch, so that worker goes.
+            _drop_worker(backend)
+            raise
         if not outcome.ok:
             _drop_worker(backend)
             raise self._explain(outcome, lib, args, slots, limit)

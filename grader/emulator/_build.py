@@ -170,7 +170,19 @@ _DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?P
 _CONTEXT = re.compile(r"^(?P<file>[^\s:][^:]*):(?:\d+:\d+:)? *(In |required from|  required)")
 
 
+_BUILTIN_SPELLING = [
+    (re.compile(r"\(?static_cast<const (?:::)?(?:uint3|dim3)&>\(emu_ctx\.cur->tid\)\)?"), "threadIdx"),
+    (re.compile(r"\(?static_cast<const (?:::)?(?:uint3|dim3)&>\(emu_ctx\.block_idx\)\)?"), "blockIdx"),
+    (re.compile(r"\(?static_cast<const (?:::)?(?:uint3|dim3)&>\(emu_ctx\.block_dim\)\)?"), "blockDim"),
+    (re.compile(r"\(?static_cast<const (?:::)?(?:uint3|dim3)&>\(emu_ctx\.grid_dim\)\)?"), "gridDim"),
+    (re.compile(r"reinterpret_cast<[^>]*>\(emu_ctx\.dyn_smem\)"), "extern __shared__ memory"),
+]
+
+
 def _tidy(text: str) -> str:
+    """The runtime's spellings back into CUDA's, so messages show what the student wrote."""
+    for pattern, cuda in _BUILTIN_SPELLING:
+        text = pattern.sub(cuda, text)
     return text.replace("::emu::", "").replace("emu::", "").replace("emu_c::", "")
 
 

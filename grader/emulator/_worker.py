@@ -21,6 +21,7 @@ import numpy as np
 from . import _toolchain as tc
 
 PAGE = mmap.PAGESIZE
+GUARD = 64 * 1024  # must match kGuard in launcher.cpp
 HEADER_BYTES = 64 * 1024  # must match kHeaderBytes in launcher.cpp
 PRINT_SEGMENT = 1 << 20  # per OS thread; a GPU's printf FIFO is 1 MiB in all by default
 _RECORD = struct.Struct("<10i4Q")  # ErrorRecord up to its text
@@ -64,7 +65,6 @@ class Outcome:
     text: str = ""
     printed: str = ""
     stderr: str = ""
-    exit_status: int | None = None
 
 
 class WorkerDied(Exception):
@@ -122,7 +122,7 @@ class Worker:
             raise WorkerDied(f"the emulator worker is gone ({e})") from None
 
     def _readline(self, deadline: float) -> str | None:
-        """One reply line, or None at EOF or when the deadline passes."""
+        """One reply line; "" at end of file (the worker exited), None when the deadline passes."""
         fd = self.proc.stdout.fileno()
         while b"\n" not in self.pending:
             wait = deadline - time.monotonic()
@@ -133,7 +133,7 @@ class Worker:
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
-                return None
+                return ""
             self.pending += chunk
         line, _, self.pending = self.pending.partition(b"\n")
         return line.decode()
@@ -145,7 +145,7 @@ class Worker:
             return self.libs[path]
         self._send(f"LOAD {path}\n")
         reply = self._readline(time.monotonic() + 60)
-        if reply is None:
+        if not reply:
             raise WorkerDied(f"the emulator worker died loading a kernel: {self.stderr()}")
         if not reply.startswith("OK "):
             raise WorkerDied(f"the emulator worker cannot load the kernel library: {reply[4:]}")
@@ -154,8 +154,8 @@ class Worker:
 
     def layout(self, args: list, *, align_start: bool) -> list[ArraySlot]:
         """Place every array argument in its own page-rounded region. By default the data ends at
-        the region's end, so the next byte is a guard page in the worker; ``align_start`` puts it
-        at the start instead, so the byte before it is guarded."""
+        the region's end, so the next byte is in a guard gap in the worker; ``align_start`` puts
+        it at the start instead, so the byte before it is guarded."""
         slots, off = [], self.arena_off
         for i, a in enumerate(args):
             if not isinstance(a, np.ndarray):
@@ -214,7 +214,7 @@ class Worker:
         if reply == "ERR":
             self.proc.wait()
             return self._record(printed)
-        if reply is None and self.alive():
+        if reply is None:
             return Outcome(False, kind=TIMEOUT, text=repr(time_limit), printed=printed)
         status = self.proc.wait()
         raise WorkerDied(f"exit status {status}; {self.stderr()}")
@@ -253,10 +253,10 @@ class Worker:
 
 
 def worker_starts(slots: list[ArraySlot], arena_base: int) -> dict[int, int]:
-    """Start address of each array's data in the worker: the launcher's layout is a guard page,
-    then each region followed by a guard page."""
-    out, at = {}, arena_base + PAGE
+    """Start address of each array's data in the worker: the launcher's layout is a guard gap,
+    then each region followed by a guard gap."""
+    out, at = {}, arena_base + GUARD
     for s in slots:
         out[s.index] = at + s.inner
-        at += s.span + PAGE
+        at += s.span + GUARD
     return out

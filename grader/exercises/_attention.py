@@ -80,3 +80,66 @@ def forward_mistakes(Mistake, bc):
 
 
 OUTPUTS = dict(O=lambda p: ((p.B, p.H, p.N, p.d), F32), L=lambda p: ((p.B, p.H, p.N), F32))
+
+
+# --- more forward mistakes (added for 04_flash_forward; other modules may use them too) ---------
+
+
+def log2_l_mistake(Mistake):
+    """``L = m + log2f(l)``: only the log of the sum is in base 2 (the max m stays natural).
+    (``forward_mistakes`` recognises the all-base-2 variant, ``L * log2(e)``.)"""
+
+    def wrong(p, x):
+        m = ref.partial_state(x["Q"], x["K"], x["V"], scale=float(scale_of(p)))[0]
+        lse = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)))[1]
+        return dict(L=m + (lse - m) / np.log(2.0))
+
+    return Mistake("L in base 2", "L is the natural-log logsumexp: L = m + logf(l), not m + log2f(l).", wrong)
+
+
+def unmasked_zero_keys(x, bc):
+    """Inputs whose K and V are zero-padded to a multiple of ``bc`` keys: what a kernel computes
+    when it zero-fills the last partial key tile but lets the padding keys (score 0) into the softmax."""
+    n = x["K"].shape[-2]
+    pad = (-n) % bc
+    if pad == 0:
+        return None
+    widths = [(0, 0)] * (x["K"].ndim - 2) + [(0, pad), (0, 0)]
+    return dict(Q=x["Q"], K=np.pad(x["K"], widths), V=np.pad(x["V"], widths))
+
+
+def unmasked_tail_mistake(Mistake, bc):
+    def wrong(p, x):
+        padded = unmasked_zero_keys(x, bc)
+        if padded is None:
+            return None
+        o, lse = ref.attention_forward(padded["Q"], padded["K"], padded["V"], scale=float(scale_of(p)))
+        return dict(O=o, L=lse)
+
+    return Mistake("keys past N not masked",
+                   f"the last key tile is partial when N is not a multiple of {bc}: its missing keys (zero-filled "
+                   "here) must get the score -INFINITY (or be skipped), so they add nothing to the max, l or O.",
+                   wrong)
+
+
+def row_pairs_mistake(Mistake, br):
+    """A row max and row sum reduced across two query rows (a warp-wide butterfly, width 32,
+    over a tile whose rows are 16 lanes wide): rows 2k and 2k+1 of each ``br``-row tile share
+    one max and one sum. Query rows past N are zero (the kernel zero-fills its Q tile)."""
+
+    def wrong(p, x):
+        scale = float(scale_of(p))
+        q = np.asarray(x["Q"], np.float64)
+        n = q.shape[-2]
+        pad = (-n) % br  # br is even, so every row has its partner row ^ 1
+        q = np.pad(q, [(0, 0)] * (q.ndim - 2) + [(0, pad), (0, 0)])
+        o, lse = ref.attention_forward(q, x["K"], x["V"], scale=scale)
+        partner = np.arange(q.shape[-2]) ^ 1
+        pair = np.logaddexp(lse, lse[..., partner])
+        o = o * np.exp(lse - pair)[..., None]
+        return dict(O=o[..., :n, :], L=pair[..., :n])
+
+    return Mistake("row max and sum reduced over the wrong width",
+                   "a row of the score tile is 16 lanes of a warp: reduce with __shfl_xor_sync(FULL_MASK, v, "
+                   "offset, 16) for offset = 8, 4, 2, 1. With offsets from 16 (width 32) two rows share one "
+                   "max and one sum.", wrong)

@@ -3,17 +3,31 @@ import numpy as np
 
 from .. import reference as ref
 from ..checks import Mistake, case, exercise, hidden
-from ._attention import OUTPUTS, forward_mistakes, qkv, scale_of
+from ._attention import (OUTPUTS, forward_mistakes, log2_l_mistake, qkv, row_pairs_mistake, scale_of,
+                         unmasked_tail_mistake)
 
 MODULE = "04_flash_forward"
 F32 = np.float32
 ROWS_PER_BLOCK = 64  # flash_fwd_row and flash_fwd_fa1: one thread per query row
 BC = 32  # key tile of flash_fwd_row and flash_fwd_fa1
 FA2_BR, FA2_BC = 16, 16  # flash_fwd_fa2: a 16 x 16 score tile, one thread per element
+RACE_CASE = "tile_plus_one"  # the first case with several key tiles: a missing barrier between tiles shows there first
 
 
 def _ceil(n, b):
     return -(-n // b)
+
+
+def _all_nan(p, x):
+    return dict(O=np.full((p.B, p.H, p.N, p.d), np.nan), L=np.full((p.B, p.H, p.N), np.nan))
+
+
+UNINITIALISED_STATE = Mistake(
+    "running state used before it was initialised",
+    "m_buf, l_buf and O arrive holding garbage (NaN on the emulator, and that NaN spreads to every output, so "
+    "O can even look never written). Before the first K/V tile set m = -INFINITY, l = 0 and O = 0 for every row "
+    "of the head. (Every output NaN can also mean a partial key tile read keys that were never loaded.)",
+    _all_nan)
 
 
 def _forward_ref(p, x):
@@ -26,7 +40,7 @@ CASES = [
     case("one_tile", B=1, H=1, N=32, d=32, seed=2),
     case("tile_plus_one", B=1, H=2, N=33, d=64, seed=3),
     case("rising_max", B=1, H=1, N=100, d=32, rising=True, seed=4),
-    case("large_logits", B=1, H=1, N=70, d=64, spread=30.0, seed=5),
+    case("large_logits", B=1, H=1, N=70, d=64, spread=30.0, seed=15),
     case("head_dim_128", B=1, H=1, N=65, d=128, seed=6),
     case("batches_and_heads", B=2, H=3, N=40, d=32, seed=7),
     hidden("sizes_127", B=1, H=2, N=127, d=64),
@@ -51,7 +65,8 @@ exercise(
     block=lambda p: ROWS_PER_BLOCK,
     cases=CASES,
     race_check=True,
-    mistakes=forward_mistakes(Mistake, BC),
+    race_case=RACE_CASE,
+    mistakes=forward_mistakes(Mistake, BC) + [log2_l_mistake(Mistake), unmasked_tail_mistake(Mistake, BC)],
 )
 
 exercise(
@@ -72,7 +87,9 @@ exercise(
     block=lambda p: ROWS_PER_BLOCK,
     cases=CASES,
     race_check=True,
-    mistakes=forward_mistakes(Mistake, BC),
+    race_case=RACE_CASE,
+    mistakes=[UNINITIALISED_STATE] + forward_mistakes(Mistake, BC) + [log2_l_mistake(Mistake),
+                                                                      unmasked_tail_mistake(Mistake, BC)],
 )
 
 exercise(
@@ -93,5 +110,7 @@ exercise(
     shared_mem=lambda p: 4 * (2 * FA2_BR * p.d + 2 * FA2_BC * p.d + FA2_BR * FA2_BC + 2 * FA2_BR),
     cases=CASES,
     race_check=True,
-    mistakes=forward_mistakes(Mistake, FA2_BC),
+    race_case=RACE_CASE,
+    mistakes=forward_mistakes(Mistake, FA2_BC) + [log2_l_mistake(Mistake), unmasked_tail_mistake(Mistake, FA2_BC),
+                                                  row_pairs_mistake(Mistake, FA2_BR)],
 )

@@ -29,6 +29,11 @@ def _masked(p, x, keep):
 
 i_, j_ = (lambda n: np.arange(n)[:, None]), (lambda n: np.arange(n)[None, :])
 
+
+def _last_row(p):
+    """[N, 1]: the last query row of the row block that holds each query i."""
+    return np.minimum((i_(p.N) // ROWS_PER_BLOCK + 1) * ROWS_PER_BLOCK, p.N) - 1
+
 exercise(
     id="flash_fwd_causal",
     module=MODULE,
@@ -53,6 +58,9 @@ exercise(
         hidden("ragged", B=2, H=1, N=150, d=48, spread=5.0),
     ],
     mistakes=[
+        Mistake("query 0 sees no key", "with N = 1 the only query must see key 0 (j <= i includes j = i): keep the "
+                f"diagonal key (j <= i, not j < i) and visit the tile that holds it (last_row / {BC} + 1 tiles).",
+                lambda p, x: _masked(p, x, np.zeros((p.N, p.N), bool)) if p.N == 1 else None),
         Mistake("mask off by one on the diagonal", "query i may attend to key i itself: keep j <= i, not j < i.",
                 lambda p, x: _masked(p, x, j_(p.N) < i_(p.N))),
         Mistake("no causal mask", "query i must not see keys j > i: set those scores to -INFINITY.",
@@ -63,7 +71,11 @@ exercise(
         Mistake("upper tiles not masked", "tiles are skipped only when entirely above the diagonal; inside the tiles "
                 "that cross it, keys j > i still need the mask.",
                 lambda p, x: _masked(p, x, (j_(p.N) // BC) * BC <= ((i_(p.N) // ROWS_PER_BLOCK) * ROWS_PER_BLOCK + ROWS_PER_BLOCK - 1))),
+        Mistake("one key tile too few", f"the tile holding the block's last row must be visited too: with last_row = "
+                f"min(row0 + {ROWS_PER_BLOCK}, N) - 1, loop over last_row / {BC} + 1 tiles (not last_row / {BC}).",
+                lambda p, x: _masked(p, x, (j_(p.N) <= i_(p.N)) & (j_(p.N) < (_last_row(p) // BC) * BC))),
     ],
+    race_case="two_row_blocks",
 )
 
 
@@ -86,6 +98,27 @@ def _big_negative_leak(p, x):
     o = o.copy()
     o[empty] = np.asarray(x["V"], np.float64)[empty].mean(axis=-2, keepdims=True)
     return dict(O=o)
+
+
+def _lengths_keep(p, lengths):
+    """[B, H, 1, N] keep-mask of keys j < lengths[b, h]."""
+    return np.arange(p.N)[None, None, None, :] < np.asarray(lengths)[..., None, None]
+
+
+def _queries_masked(p, x):
+    """Every key attended, but rows i >= key_lengths[b] written as O = 0, L = -inf."""
+    if min(p.lengths) >= p.N:
+        return None
+    rows = np.arange(p.N)[None, None, :, None] < np.asarray(x["key_lengths"])[:, None, None, None]
+    return _as_dict(forward_with_mask(x, float(scale_of(p)), np.broadcast_to(rows, (p.B, 1, p.N, p.N))))
+
+
+def _lengths_by_head(p, x):
+    """key_lengths indexed by the head (blockIdx.y) instead of the batch entry (blockIdx.z)."""
+    if p.H > p.B:
+        return None
+    by_head = np.broadcast_to(np.asarray(x["key_lengths"])[None, :p.H], (p.B, p.H))
+    return _as_dict(forward_with_mask(x, float(scale_of(p)), _lengths_keep(p, by_head)))
 
 
 exercise(
@@ -123,5 +156,11 @@ exercise(
         Mistake("a large negative mask leaks into fully-masked rows", "with -1e30 instead of -INFINITY, a row whose keys "
                 "are all padding gets equal weights on every key (O = mean of V). Use -INFINITY, treat l == 0 as "
                 "'no key' and write O = 0, L = -INFINITY.", _big_negative_leak),
+        Mistake("queries masked instead of keys", "key_lengths[b] limits the keys every query may see (mask scores "
+                "j >= len), not which queries are computed: a query row past the length still attends to the valid keys.",
+                _queries_masked),
+        Mistake("key length of another batch entry", "the batch entry is blockIdx.z (the head is blockIdx.y): "
+                "read key_lengths[blockIdx.z].", _lengths_by_head),
     ],
+    race_case="tile_boundaries",
 )

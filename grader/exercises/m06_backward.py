@@ -44,6 +44,31 @@ def _pick(d, *names):
     return {n: d[n] for n in names}
 
 
+def _dkdv_with_mask(p, x, keep):
+    """dK, dV when P is kept only where ``keep(i, j)`` (query i, key j) is True: reproduces
+    wrong causal masks. L and D are the correct (causal) ones the kernel reads."""
+    q, k, v, do = (np.asarray(x[n], np.float64) for n in ("Q", "K", "V", "dO"))
+    s = float(scale_of(p))
+    i, j = np.arange(p.N)[:, None], np.arange(p.N)[None, :]
+    with np.errstate(over="ignore"):
+        P = np.where(keep(i, j), np.exp(s * q @ np.swapaxes(k, -1, -2) - np.asarray(x["L"], np.float64)[..., None]), 0.0)
+    dS = P * (do @ np.swapaxes(v, -1, -2) - np.asarray(x["D"], np.float64)[..., None])
+    return dict(dK=s * np.swapaxes(dS, -1, -2) @ q, dV=np.swapaxes(P, -1, -2) @ do)
+
+
+CAUSAL_MISTAKES = [
+    Mistake("causal mask missing", "query i sees only keys j <= i: skip the query tiles that lie entirely above "
+            "the diagonal and set P_ij = 0 (so dS_ij = 0) for i < j inside the others.",
+            lambda p, x: _dkdv_with_mask(p, x, lambda i, j: np.ones_like(i + j, bool))),
+    Mistake("mask missing inside the diagonal tiles", "skipping the tiles above the diagonal is not enough: a tile "
+            "that straddles it still holds query rows i < j for some of the block's keys; give them P_ij = 0.",
+            lambda p, x: _dkdv_with_mask(p, x, lambda i, j: i >= (j // ROWS_PER_BLOCK) * ROWS_PER_BLOCK)
+            if p.N > ROWS_PER_BLOCK else None),
+    Mistake("diagonal masked out", "query i sees key j = i too: mask only i < j (keep j <= i).",
+            lambda p, x: _dkdv_with_mask(p, x, lambda i, j: i > j)),
+]
+
+
 GRAD_CASES = [
     case("single_row", B=1, H=1, N=1, d=32, seed=1),
     case("one_tile", B=1, H=1, N=32, d=32, seed=2),
@@ -96,8 +121,6 @@ exercise(
     mistakes=[
         Mistake("summed dO alone", "D is the row sum of the elementwise product dO * O.",
                 lambda p, x: dict(D=np.asarray(x["dO"], np.float64).sum(-1))),
-        Mistake("D from dO . V", "D = rowsum(dO * O) uses the forward's output O, not V.",
-                lambda p, x: dict(D=(np.asarray(x["dO"], np.float64) * x["V"]).sum(-1))),
     ],
 )
 
@@ -181,5 +204,5 @@ exercise(
     race_check=True,
     cases=[case(c.name, seed=c.seed, causal=True, **c.params) if not c.hidden else
            hidden(c.name, causal=True, **c.params) for c in GRAD_CASES],
-    mistakes=_grad_mistakes(("dK", "dV")),
+    mistakes=_grad_mistakes(("dK", "dV")) + CAUSAL_MISTAKES,
 )

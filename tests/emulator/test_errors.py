@@ -281,11 +281,20 @@ def test_integer_division_by_zero():
     assert "thread (2,0,0) of block (0,0,0) divided an integer by zero (line 2" in str(e)
 
 
+def test_kernel_that_calls_exit():
+    code = """
+    extern "C" __global__ void quitter(int code) { if (threadIdx.x == 1) exit(code); }
+    """
+    e = fails(KernelRuntimeError, kernel(code, "quitter"), (1, 1, 1), (2, 1, 1), [np.int32(3)])
+    assert "thread (1,0,0) of block (0,0,0) failed: the kernel called exit()" in str(e)
+
+
 def test_kernel_that_kills_its_process():
     code = """
-    extern "C" __global__ void quitter(int code) { exit(code); }
+    #include <signal.h>
+    extern "C" __global__ void killer(int sig) { raise(sig); }
     """
-    e = fails(KernelRuntimeError, kernel(code, "quitter"), (1, 1, 1), (1, 1, 1), [np.int32(3)])
+    e = fails(KernelRuntimeError, kernel(code, "killer"), (1, 1, 1), (1, 1, 1), [np.int32(9)])
     assert "crashed the emulator's worker process" in str(e)
 
 
@@ -312,15 +321,31 @@ def test_compile_error_names_the_students_line():
     code = """extern "C" __global__ void broken(float* x, int n) {
     int i = threadIdx.x;
     x[i] = undefined_thing + 1;
+    threadIdx.x = 3;
 }
 """
     with pytest.raises(CompileError) as info:
         kernel(code, "broken")
-    msg = str(info.value)
-    assert msg.startswith("broken: the kernel does not compile.")
-    assert "kernel.cu:3:12: error: 'undefined_thing' was not declared in this scope" in msg.replace("‘", "'").replace("’", "'")
-    assert "x[i] = undefined_thing + 1;" in msg
-    assert "emu_runtime" not in msg and "/tmp" not in msg and ".cache" not in msg
+    msg = str(info.value).replace("‘", "'").replace("’", "'")
+    assert msg.startswith("broken: the g++ compiler rejected the kernel.")
+    assert "line 3: error: 'undefined_thing' was not declared in this scope\n      x[i] = undefined_thing + 1;" in msg
+    assert "line 4: error: assignment of member 'uint3::x' in read-only object\n      threadIdx.x = 3;" in msg
+    assert "emu_" not in msg and "/tmp" not in msg and ".cache" not in msg
     with pytest.raises(CompileError):  # a cached failure fails the same way
         kernel(code, "broken")
     assert_healthy()
+
+
+def test_compile_error_inside_a_runtime_template_keeps_its_text():
+    code = """
+    struct Big { double a, b; };
+    extern "C" __global__ void wide(double* x) {
+        Big v{x[0], x[1]};
+        v = __shfl_sync(FULL_MASK, v, 0);
+        x[0] = v.a;
+    }
+    """
+    with pytest.raises(CompileError) as info:
+        kernel(code, "wide")
+    msg = str(info.value)
+    assert "line 5" in msg and "warp shuffles move at most 8 bytes" in msg

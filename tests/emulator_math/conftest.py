@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,10 +17,24 @@ FLAGS = ["-std=c++20", "-Wall", "-Wextra", "-Wpedantic", "-Werror", f"-I{INCLUDE
 
 @pytest.fixture(scope="session")
 def gxx() -> str:
-    cxx = shutil.which("g++")
+    """The compiler under test: g++, or $EMU_MATH_CXX (e.g. clang++-16, which the emulator also uses)."""
+    name = os.environ.get("EMU_MATH_CXX", "g++")
+    cxx = shutil.which(name)
     if cxx is None:
-        pytest.skip("g++ is not installed")
+        pytest.skip(f"{name} is not installed")
     return cxx
+
+
+@pytest.fixture(scope="session")
+def clang() -> str:
+    """clang++ 16 or newer, which the emulator uses for its IO-counting builds."""
+    for name in ("clang++-16", "clang++"):
+        cxx = shutil.which(name)
+        if cxx is not None:
+            out = subprocess.run([cxx, "-dumpversion"], capture_output=True, text=True).stdout
+            if out.split(".")[0].isdigit() and int(out.split(".")[0]) >= 16:
+                return cxx
+    pytest.skip("clang++ >= 16 is not installed")
 
 
 def compile_cpp(gxx: str, sources: list[Path], out: Path | None, *flags: str) -> None:

@@ -35,6 +35,7 @@ struct U3 { u16 a, b, c; };
 struct F3 { float a, b, c; };
 struct W3 { u32 x, y, s; };
 struct L2 { u64 x, y; };
+struct D2 { double a, b; };
 
 static u16 hb(__half h) { return __half_as_ushort(h); }
 static u16 bb(__nv_bfloat16 h) { return __bfloat16_as_ushort(h); }
@@ -178,7 +179,6 @@ int main(int argc, char** argv) {
 #undef ROW
         });
     } else if (op == "d_round") {  // double arithmetic in rz, ru, rd (6 ops each)
-        struct D2 { double a, b; };
         each<D2>([](D2 r) {
             const double a = r.a, b = r.b;
 #define ROW(S) __dadd_##S(a, b), __dsub_##S(a, b), __dmul_##S(a, b), __ddiv_##S(a, b), __dsqrt_##S(a), __drcp_##S(a)

@@ -62,7 +62,8 @@ def _select(fmt: Fmt16, neg, lo, exact, above_mid, at_mid, beyond, mode):
 def round16(fmt: Fmt16, x, mode: str = "rn") -> np.ndarray:
     """Round float64 values to the 16-bit format, exactly (one rounding from the float64 value).
     NaN gives the canonical 0x7FFF, like the GPU."""
-    x = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore"):  # float32 signalling NaNs
+        x = np.asarray(x, np.float64)
     neg = np.signbit(x)
     a = np.abs(x)
     with np.errstate(invalid="ignore"):
@@ -165,7 +166,11 @@ def round_float(dtype, cmp, guess: float, mode: str, neg_zero: bool = False):
 
 
 def round_fraction(dtype, v: Fraction, mode: str, neg_zero: bool = False):
-    return round_float(dtype, lambda q: (q > v) - (q < v), float(v), mode, neg_zero)
+    try:
+        guess = float(v)
+    except OverflowError:
+        guess = math.inf if v > 0 else -math.inf
+    return round_float(dtype, lambda q: (q > v) - (q < v), guess, mode, neg_zero)
 
 
 def round_sqrt(dtype, a: Fraction, mode: str):
@@ -346,7 +351,7 @@ def check_arith(probe, op: str, fmt: Fmt16, a, b, c, columns=None) -> None:
 
 def test_half_arithmetic(probe):
     # Any half operands: a*b is exact in float64 and a*b + c rounds correctly from float64.
-    n = 200_000
+    n = 100_000
     s = special16(HALF)
     grid = np.array(np.meshgrid(s, s, s[::3])).reshape(3, -1)
     a, b, c = (np.concatenate([random_bits16(n), g]) for g in grid)
@@ -360,7 +365,7 @@ def bf16_moderate(n: int) -> np.ndarray:
 
 
 def test_bfloat16_arithmetic(probe):
-    n = 150_000
+    n = 80_000
     a, b, c = bf16_moderate(n), bf16_moderate(n), bf16_moderate(n)
     check_arith(probe, "b_arith", BF16, a, b, c)
     # Any bfloat16 operands, specials included: every column but the fused ones (whose float64
@@ -377,7 +382,7 @@ def test_fma_exact(probe, fmt, op):
     from the tie (a double-rounding implementation ties to even instead)."""
     mb = 10 if fmt is HALF else 7
     rows = []
-    for _ in range(3000):
+    for _ in range(1500):
         # a * b = 1.5 * (1 + k 2^-mb) lands on a midpoint of the grid when k is odd.
         a = round16(fmt, 1.5 * 2.0 ** RNG.integers(-3, 4))
         b = round16(fmt, (1 + RNG.integers(0, 1 << mb) * 2.0**-mb) * 2.0 ** RNG.integers(-3, 4))
@@ -453,7 +458,7 @@ def test_16bit_to_integer_conversions(probe):
 def test_integer_to_16bit_conversions(probe):
     vals = [0, 1, -1, 2047, 2049, 4097, 65504, 65519, 65520, 65535, 65536, -65520, 2**31 - 1, -(2**31),
             2**24 + 1, 255, 257, 383, 385, 2**63 - 1, -(2**63), 2**62 + 2**54 + 1, 2**40 + 2**32]
-    rand = (RNG.integers(-(2**63), 2**63 - 1, 2000, dtype=np.int64, endpoint=True) >> RNG.integers(0, 63, 2000))
+    rand = (RNG.integers(-(2**63), 2**63 - 1, 800, dtype=np.int64, endpoint=True) >> RNG.integers(0, 63, 800))
     v = np.concatenate([np.array(vals, np.int64), rand])
     out = probe("i2h", v, np.uint16, 16)
     i32 = lambda x: (int(x) + 2**31) % 2**32 - 2**31  # noqa: E731
@@ -520,12 +525,12 @@ def random_floats(n: int, lo: int, hi: int) -> np.ndarray:
 
 def test_directed_rounding_float(probe):
     """__fadd_rz, __fmul_ru, __fmaf_rd, __fdiv_*, __fsqrt_*, __frcp_*: exact rounding (Fractions)."""
-    n = 1200
-    a = np.concatenate([random_floats(n, -20, 20), random_floats(200, -149, -120), random_floats(200, 100, 128),
+    n = 500
+    a = np.concatenate([random_floats(n, -20, 20), random_floats(100, -149, -120), random_floats(100, 100, 128),
                         np.float32([0.0, -0.0, 1.0, -1.0, 3.0, np.inf, np.nan, 1e-45, 3.4028235e38, 2.0, 5.0, 5.0])])
-    b = np.concatenate([random_floats(n, -20, 20), random_floats(200, -20, 20), random_floats(200, 0, 128),
+    b = np.concatenate([random_floats(n, -20, 20), random_floats(100, -20, 20), random_floats(100, 0, 128),
                         np.float32([-0.0, -0.0, -1.0, 1.0, 0.0, 1.0, 1.0, 0.5, 2.0, 3.0, -5.0, 3.0])])
-    c = np.concatenate([random_floats(n, -40, 20), random_floats(200, -149, -100), random_floats(200, 100, 128),
+    c = np.concatenate([random_floats(n, -40, 20), random_floats(100, -149, -100), random_floats(100, 100, 128),
                         np.float32([0.0, 0.0, 1.0, 1.0, -0.0, 0.0, 0.0, 0.0, -1.0, -6.0, 25.0, -15.0])])
     out = probe("f_round", np.stack([a, b, c], axis=1), np.float32, 28)
     ops = ["__fadd", "__fsub", "__fmul", "__fdiv", "__fmaf", "__fsqrt", "__frcp"]
@@ -622,7 +627,7 @@ def test_integer_to_float_conversions(probe):
     vals = [0, 1, -1, 2**24 + 1, 2**24 + 3, -(2**24) - 1, 2**31 - 1, -(2**31), 2**53 + 1, 2**63 - 1, -(2**63),
             2**62 + 2**38 + 1, -(2**62) - 2**39 - 1]
     v = np.concatenate([np.array(vals, np.int64),
-                        RNG.integers(-(2**63), 2**63 - 1, 1500, dtype=np.int64, endpoint=True) >> RNG.integers(0, 63, 1500)])
+                        RNG.integers(-(2**63), 2**63 - 1, 600, dtype=np.int64, endpoint=True) >> RNG.integers(0, 63, 600)])
     out = probe("i2f", v, np.float64, 16)
     i32 = lambda x: (int(x) + 2**31) % 2**32 - 2**31  # noqa: E731
     u32 = lambda x: int(x) % 2**32  # noqa: E731

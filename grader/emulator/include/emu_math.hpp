@@ -58,7 +58,8 @@ template <class Out, rnd M>
 inline Out round_directed(double hi, double lo) {
     static_assert(M != rnd::rn, "round-to-nearest needs no remainder");
     const Out f = static_cast<Out>(hi);
-    const double r = (hi - static_cast<double>(f)) + lo;  // sign of (exact - f); hi - f is exact
+    // Sign of (exact - f); hi - f is exact (and skipped when equal, so an infinite hi works).
+    const double r = (static_cast<double>(f) == hi ? 0.0 : hi - static_cast<double>(f)) + lo;
     constexpr Out inf = std::numeric_limits<Out>::infinity();
     if (M == rnd::ru && r > 0) return std::nextafter(f, inf);
     if (M == rnd::rd && r < 0) return std::nextafter(f, -inf);
@@ -117,28 +118,51 @@ template <rnd M> inline float fsqrt(float a) {
         return round_directed<float, M>(s, r == 0 ? 0.0 : r / (2 * s));
     }
 }
-// Double precision: the same, with the error of the double operation as remainder.
+// Double precision: the same, with the error of the double operation as remainder. Only its
+// sign matters (round_directed<double> steps by it), but the fma computing it could underflow
+// to zero near the subnormal range; there the operands are scaled by 2^600 first (exactly).
+// A double result that overflowed to inf from finite operands: the exact value lies below it.
+inline double sign_of(double r) { return r == 0 || r != r ? r : (r > 0 ? 1.0 : -1.0); }
+inline bool overflowed(double r, double a, double b) { return std::isinf(r) && std::isfinite(a) && std::isfinite(b); }
 template <rnd M> inline double dadd(double a, double b) {
     if constexpr (M == rnd::rn) { return a + b; }
     else {
         double s, e;
-        two_sum(a, b, s, e);
+        two_sum(a, b, s, e);  // exact even for subnormal results
+        if (overflowed(s, a, b)) e = -s;
         return s == 0 ? zero_sum<double, M>(a, b) : round_directed<double, M>(s, e);
     }
 }
 template <rnd M> inline double dmul(double a, double b) {
     if constexpr (M == rnd::rn) { return a * b; }
-    else { const double p = a * b; return round_directed<double, M>(p, std::fma(a, b, -p)); }
+    else {
+        double p = a * b;
+        const double hi = p;
+        if (p == 0) return round_directed<double, M>(p, a == 0 || b == 0 ? 0.0 : (std::signbit(a) != std::signbit(b) ? -1.0 : 1.0));
+        if (overflowed(p, a, b)) return round_directed<double, M>(p, -p);
+        if (std::fabs(p) < 0x1p-900) {  // then min(|a|, |b|) < 2^-450: scaling it cannot overflow
+            (std::fabs(a) < std::fabs(b) ? a : b) *= 0x1p600;
+            p *= 0x1p600;
+        }
+        return round_directed<double, M>(hi, sign_of(std::fma(a, b, -p)));
+    }
 }
 template <rnd M> inline double ddiv(double a, double b) {
     if constexpr (M == rnd::rn) { return a / b; }
-    else { const double q = a / b; return round_directed<double, M>(q, std::fma(-q, b, a) / b); }
+    else {
+        const double q = a / b;
+        if (overflowed(q, a, b) && b != 0) return round_directed<double, M>(q, -q);
+        const double k = std::fabs(a) < 0x1p400 && std::fabs(b) < 0x1p400 ? 0x1p600 : 1.0;  // q is unchanged
+        return round_directed<double, M>(q, sign_of(std::fma(-q, b * k, a * k)) * (b < 0 ? -1.0 : 1.0));
+    }
 }
 template <rnd M> inline double dsqrt(double a) {
     if constexpr (M == rnd::rn) { return std::sqrt(a); }
     else {
-        const double s = std::sqrt(a), r = std::fma(-s, s, a);
-        return round_directed<double, M>(s, r == 0 ? 0.0 : r / (2 * s));
+        const double s = std::sqrt(a);
+        const double r = a > 0 && a < 0x1p-900 ? std::fma(-s * 0x1p500, s * 0x1p500, a * 0x1p1000)  // s*2^500 = sqrt(a*2^1000)
+                                               : std::fma(-s, s, a);
+        return round_directed<double, M>(s, sign_of(r));
     }
 }
 

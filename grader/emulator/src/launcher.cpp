@@ -41,6 +41,7 @@ __attribute__((visibility("default"))) constinit thread_local emu::ThreadCtx emu
 namespace {
 
 constexpr size_t kPage = 4096;
+constexpr size_t kGuard = 64 * 1024;  // PROT_NONE gap around every array: catches overruns up to 64 KiB
 constexpr size_t kHeaderBytes = 64 * 1024;  // error record; print segments follow
 constexpr size_t kStackBytes = 256 * 1024;  // per fiber, plus one guard page below
 constexpr int kMaxArgs = 64;
@@ -126,7 +127,6 @@ struct Launch {
 };
 
 struct Worker {
-    int index;
     pthread_t thread;
     std::vector<Fiber> fibers;
     char* stacks = nullptr;
@@ -265,7 +265,8 @@ void fiber_entry() {
     __builtin_unreachable();
 }
 void fiber_init(Worker* w, Fiber* f) {
-    getcontext(&f->uc);
+    // getcontext (a system call) ran once when the stack was made; makecontext only needs the
+    // stack and link fields, which a finished context still holds.
     f->uc.uc_stack.ss_sp = f->guard + kPage;
     f->uc.uc_stack.ss_size = kStackBytes;
     f->uc.uc_link = &w->sched;
@@ -288,16 +289,18 @@ void ensure_stacks(Worker* w, size_t n) {
         char* g = w->stacks + i * (kStackBytes + kPage);
         mprotect(g, kPage, PROT_NONE);
         w->fibers[i].guard = g;
+#if !EMU_FIBERS_BOOST
+        getcontext(&w->fibers[i].uc);
+#endif
     }
 }
 
 // ----------------------------------------------------------------------------- descriptions
 
 std::string thread_name(const Worker* w, int linear) {
-    const Fiber& f = w->fibers[linear];
+    const uint3 t = w->fibers[linear].tid;
     char buf[64];
-    snprintf(buf, sizeof buf, "(%u,%u,%u)", f.tid.x, f.tid.y, f.tid.z);
-    (void)w;
+    snprintf(buf, sizeof buf, "(%u,%u,%u)", t.x, t.y, t.z);
     return buf;
 }
 
@@ -654,7 +657,8 @@ void cmd_run(char* line) {
     L.count_io = flags & 2;
     double limit = strtod(next(), nullptr);
     L.nargs = atoi(next());
-    if (L.lib < 0 || size_t(L.lib) >= g_libs.size() || L.nargs > kMaxArgs) report(kOther, -1, "bad RUN command");
+    if (L.lib < 0 || size_t(L.lib) >= g_libs.size() || L.nargs < 0 || L.nargs > kMaxArgs)
+        report(kOther, -1, "a kernel takes at most %d arguments here", kMaxArgs);
     L.entry = reinterpret_cast<void (*)(void* const*)>(dlsym(g_libs[L.lib].handle, entry_name));
     if (!L.entry) report(kOther, -1, "entry %s not found", entry_name);
 
@@ -677,21 +681,21 @@ void cmd_run(char* line) {
             L.values[i] = strtoull(next(), nullptr, 16);
         }
     }
-    // Layout: guard page, region 0, guard page, region 1, ..., guard page.
-    size_t total = kPage;
-    for (auto& r : regions) total += r.span + kPage;
+    // Layout: guard, region 0, guard, region 1, ..., guard.
+    size_t total = kGuard;
+    for (auto& r : regions) total += r.span + kGuard;
     void* res = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (res == MAP_FAILED) report(kOther, -1, "cannot reserve %zu bytes for the arrays", total);
     L.res_lo = reinterpret_cast<uintptr_t>(res);
     L.res_len = total;
     std::vector<uintptr_t> region_at;
-    uintptr_t at = L.res_lo + kPage;
+    uintptr_t at = L.res_lo + kGuard;
     for (auto& r : regions) {
         if (r.span && mmap(reinterpret_cast<void*>(at), r.span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
                            g_shm_fd, off_t(r.file_off)) == MAP_FAILED)
             report(kOther, -1, "cannot map an array");
         region_at.push_back(at);
-        at += r.span + kPage;
+        at += r.span + kGuard;
     }
     for (int i = 0; i < L.nargs; ++i) {
         if (region_of[i] >= 0) {
@@ -1004,9 +1008,11 @@ int main(int argc, char** argv) {
     g_err = reinterpret_cast<ErrorRecord*>(g_shm);
     g_launch.lib = -1;
     install_handlers();
+    // Registered last, so it runs first: a kernel calling exit() is reported, and the exit does
+    // not wait on static destructors while other threads still run.
+    atexit([] { report(kOther, -1, "the kernel called exit()"); });
     for (int i = 0; i < g_nthreads; ++i) {
         Worker* w = new Worker();
-        w->index = i;
         w->print = reinterpret_cast<PrintSegment*>(g_shm + kHeaderBytes + size_t(i) * g_print_seg);
         w->print_cap = g_print_seg - sizeof(PrintSegment);
         g_workers.push_back(w);
