@@ -159,6 +159,80 @@ def time_softmax() -> list[dict]:
     return out
 
 
+def time_masking() -> list[dict]:
+    """flash_fwd_causal against the non-causal flash_fwd_row (same layout), B=4, H=8, d=64."""
+    import cupy as cp
+
+    full, causal = _kernel("flash_fwd_row"), _kernel("flash_fwd_causal")
+    rows, B, H, d = [], 4, 8, 64
+    for n in (512, 1024, 2048, 4096):
+        q, k, v = (cp.random.standard_normal((B, H, n, d), dtype=cp.float32) for _ in range(3))
+        o, lse = cp.empty((B, H, n, d), cp.float32), cp.empty((B, H, n), cp.float32)
+        args = (q, k, v, o, lse, np.int32(n), np.int32(d), np.float32(d ** -0.5))
+        grid, t = (grader.ceil_div(n, 64), H, B), grader.ceil_div(n, 32)
+        ms = {}
+        for name, kern in (("flash_fwd_row (full)", full), ("flash_fwd_causal", causal)):
+            ms[name] = grader.gpu_time_ms(lambda: kern(grid, 64, args), reps=10)
+            rows.append({"kernel": name, "n": n, "B": B, "H": H, "d": d, "ms": ms[name]})
+        rows.append({"kernel": "causal / full", "n": n, "time_ratio": ms["flash_fwd_causal"] / ms["flash_fwd_row (full)"]})
+    return rows
+
+
+def time_backward() -> list[dict]:
+    """Module 06: the backward kernels (fp32, one thread per row) against the forward they
+    follow and torch's SDPA backward on the same shapes. dQ/dK/dV are checked against torch first."""
+    import cupy as cp
+    import torch
+    import torch.nn.functional as F
+
+    fwd = _kernel("flash_fwd_row")
+    pre, dkdv, dq, atomic, causal = (_kernel(e) for e in (
+        "flash_bwd_preprocess", "flash_bwd_dkdv", "flash_bwd_dq", "flash_bwd_atomic", "flash_bwd_dkdv_causal"))
+    rows, B, H, d = [], 1, 8, 64
+    for n in (512, 1024, 2048, 4096):
+        q, k, v, do = (cp.random.standard_normal((B, H, n, d), dtype=cp.float32) for _ in range(4))
+        o, L, D = cp.empty_like(q), cp.empty((B, H, n), cp.float32), cp.empty((B, H, n), cp.float32)
+        dK, dV, dQ, dQa = (cp.zeros_like(q) for _ in range(4))
+        s, n32, d32, grid = np.float32(d ** -0.5), np.int32(n), np.int32(d), (grader.ceil_div(n, 64), H, B)
+        common = (q, k, v, do, L, D)
+        run = {
+            "flash_fwd_row (forward)": lambda: fwd(grid, 64, (q, k, v, o, L, n32, d32, s)),
+            "flash_bwd_preprocess": lambda: pre(grader.ceil_div(B * H * n, 128), 128, (o, do, D, np.int32(B * H * n), d32)),
+            "flash_bwd_dkdv": lambda: dkdv(grid, 64, common + (dK, dV, n32, d32, s)),
+            "flash_bwd_dq": lambda: dq(grid, 64, common + (dQ, n32, d32, s)),
+        }
+        for name in run:                                   # forward, then the separate backward, once for the check
+            run[name]()
+        atomic(grid, 64, common + (dK, dV, dQa, n32, d32, s))
+        # torch on the same data (zero-copy through DLPack), fp32, its own SDPA backend choice
+        tq, tk, tv = (torch.from_dlpack(a).clone().requires_grad_(True) for a in (q, k, v))
+        tdo = torch.from_dlpack(do)
+        out = F.scaled_dot_product_attention(tq, tk, tv)
+        out.backward(tdo, retain_graph=True)
+        err = {g: float(cp.abs(cp.asarray(mine) - cp.from_dlpack(t.grad.detach())).max())
+               for g, mine, t in (("dQ", dQ, tq), ("dK", dK, tk), ("dV", dV, tv))}
+        err["dQ_atomic"] = float(cp.abs(dQa - cp.from_dlpack(tq.grad.detach())).max())
+        rows.append({"kernel": "max |ours - torch|", "n": n, "d": d, **err})
+
+        def torch_backward():
+            tq.grad = tk.grad = tv.grad = None
+            out.backward(tdo, retain_graph=True)
+
+        run["flash_bwd_dkdv_causal"] = lambda: causal(grid, 64, common + (dK, dV, n32, d32, s))  # timing only (L is not causal)
+        if n <= 2048:                                      # N*N*d contended atomics: slow by design
+            run["flash_bwd_atomic (dQ zeroed + kernel)"] = lambda: (dQa.fill(0), atomic(grid, 64, common + (dK, dV, dQa, n32, d32, s)))
+        run["torch SDPA backward (fp32)"] = torch_backward
+        ms = {}
+        for name, fn in run.items():
+            slow = "atomic" in name
+            ms[name] = grader.gpu_time_ms(fn, reps=3 if slow else 10, warmup=1 if slow else 3)
+        ms["separate backward (preprocess + dkdv + dq)"] = sum(ms[k] for k in ("flash_bwd_preprocess", "flash_bwd_dkdv", "flash_bwd_dq"))
+        rows += [{"kernel": name, "n": n, "d": d, "heads": B * H, "ms": t} for name, t in ms.items()]
+        print(f"  backward n={n}: separate {ms['separate backward (preprocess + dkdv + dq)']:.3f} ms, "
+              f"forward {ms['flash_fwd_row (forward)']:.3f} ms, torch {ms['torch SDPA backward (fp32)']:.3f} ms, max errors {err}")
+    return rows
+
+
 def plot(out: Path, timings: dict) -> None:
     import matplotlib
 
@@ -177,6 +251,8 @@ def plot(out: Path, timings: dict) -> None:
         "02_tiled_matmul.png": ("matmul_fp32", "gflops", "fp32 matmul on the GPU (n x n x n)", "GFLOP/s"),
         "01_naive_attention.png": ("naive_attention", "ms", "naive attention kernels, d = 64, one head", "time (ms)"),
         "03_online_softmax.png": ("softmax", "ms", "softmax over n x n", "time (ms)"),
+        "05_masking.png": ("masking", "ms", "causal vs full forward, fp32, B=4, H=8, d=64", "time (ms)"),
+        "06_backward.png": ("backward", "ms", "attention backward vs forward, fp32, B=1, H=8, d=64", "time (ms)"),
     }
     for fname, (key, y, title, ylabel) in figs.items():
         if key not in timings:
@@ -208,7 +284,8 @@ def main() -> int:
         print("3. same source on the GPU and the emulator")
         report["cross_backend"] = cross_backend()
         print("4. timings")
-        timings = {"device": report["device"], "matmul_fp32": time_matmul(), "naive_attention": time_naive_attention(), "softmax": time_softmax()}
+        timings = {"device": report["device"], "matmul_fp32": time_matmul(), "naive_attention": time_naive_attention(), "softmax": time_softmax(),
+                   "masking": time_masking(), "backward": time_backward()}
         report["timings"] = timings
         plot(args.out, timings)
     (args.out / "gpu_evidence.json").write_text(json.dumps(report, indent=1))

@@ -318,7 +318,11 @@ def _named_mistake(ex, p, inputs, got, expected, be) -> str | None:
             rtol, atol = TOLERANCES[(dtype, be)]
             w = np.asarray(w, dtype=np.float64)
             loose = (rtol * 10, atol * 10)
-            if not _within(got[name].astype(np.float64), w, *loose).all():
+            g = got[name].astype(np.float64)
+            # A buggy kernel often leaves a row it masked completely as 0/0 = NaN where the
+            # simulated mistake writes that row's convention (O = 0, L = -inf): same mistake.
+            empty_row = np.isnan(g) & ((w == 0) | np.isneginf(w))
+            if not (_within(g, w, *loose) | empty_row).all():
                 matches = False
                 break
             if not _within(np.asarray(expected[name], dtype=np.float64), w, *loose).all():

@@ -226,7 +226,7 @@ def fig_traffic_vs_tile() -> None:
     a2.set_ylabel("shared memory per block, KiB")
     a2.set_title("What a larger tile costs on chip (fp32)", fontsize=10)
     a2.legend(fontsize=7.2, loc="lower right", handlelength=3.2)
-    a2.grid(alpha=0.3, which="both")
+    a2.grid(alpha=0.3)
     fig.tight_layout()
     save(fig, "traffic_vs_tile.png")
 
