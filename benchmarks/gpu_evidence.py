@@ -233,6 +233,146 @@ def time_backward() -> list[dict]:
     return rows
 
 
+def time_flash_forward(out: Path, tiles_shape=(1, 8, 4096, 64), ns=(512, 1024, 2048, 4096, 8192), d=64) -> dict:
+    """04_flash_forward: (1) a B_r x B_c heat map of flash_fwd_fa2 (recompiled with -DBR/-DBC),
+    (2) module 01's naive pipeline against the three flash kernels over N, one head: time and
+    the device memory each needs, (3) our kernels against PyTorch SDPA on the same shapes.
+    Every kernel is validated against the float64 reference before it is timed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from grader import reference as ref
+
+    xp, i32, f32, cdiv = grader.xp, np.int32, np.float32, grader.ceil_div
+    fa2_src = solution_source("flash_fwd_fa2")
+
+    def smem_of(br, bc, dd):
+        return 4 * (2 * br * dd + 2 * bc * dd + br * bc + 2 * br)
+
+    def fa2_kernel(br, bc):
+        k = RawKernel(fa2_src, "flash_fwd_fa2", options=(f"-DBR={br}", f"-DBC={bc}")).compile()
+        k.max_dynamic_shared_size_bytes = max(48 * 1024, smem_of(br, bc, 128))
+        return lambda B, H, N, dd, a: k((cdiv(N, br), H, B), (bc, br), a, shared_mem=smem_of(br, bc, dd))
+
+    row, fa1 = _kernel("flash_fwd_row"), _kernel("flash_fwd_fa1")
+    scores, softmax, pv = _kernel("attn_scores"), _kernel("softmax_rows"), _kernel("attn_pv")
+
+    def launcher(name, B, H, N, dd, fa2=None):
+        rng = np.random.default_rng(0)
+        Q, K, V = (xp.asarray(rng.standard_normal((B, H, N, dd), dtype=np.float32)) for _ in range(3))
+        O, L = xp.empty((B, H, N, dd), np.float32), xp.empty((B, H, N), np.float32)
+        sc = f32(dd ** -0.5)
+        if name == "naive pipeline":  # one head
+            S, P = xp.empty((N, N), np.float32), xp.empty((N, N), np.float32)
+
+            def run():
+                scores((cdiv(N, 16), cdiv(N, 16)), (16, 16), (Q[0, 0], K[0, 0], S, i32(N), i32(dd), sc))
+                softmax(cdiv(N, 128), 128, (S, P, i32(N)))
+                pv((cdiv(dd, 16), cdiv(N, 16)), (16, 16), (P, V[0, 0], O[0, 0], i32(N), i32(dd)))
+        elif name == "flash_fwd_row":
+            def run():
+                row((cdiv(N, 64), H, B), 64, (Q, K, V, O, L, i32(N), i32(dd), sc))
+        elif name == "flash_fwd_fa1":
+            mb, lb = xp.empty((B, H, N), np.float32), xp.empty((B, H, N), np.float32)
+
+            def run():
+                fa1((H, B), 64, (Q, K, V, O, L, mb, lb, i32(N), i32(dd), sc))
+        else:
+            def run():
+                fa2(B, H, N, dd, (Q, K, V, O, L, i32(N), i32(dd), sc))
+        return run, (lambda: (grader.to_host(O), grader.to_host(L))), [grader.to_host(a) for a in (Q, K, V)], sc
+
+    def validate(name, fa2=None, B=1, H=2, N=200, dd=64):
+        H = 1 if name == "naive pipeline" else H
+        run, outputs, (q, k, v), sc = launcher(name, B, H, N, dd, fa2)
+        run()
+        o_ref, l_ref = ref.attention_forward(q, k, v, scale=float(sc))
+        o, l = outputs()
+        if name == "naive pipeline":
+            err = float(np.abs(o[0, 0] - o_ref[0, 0]).max())
+        else:
+            err = max(float(np.abs(o - o_ref).max()), float(np.abs(l - l_ref).max()))
+        assert err < 1e-3, f"{name}: max error {err}"
+
+    # 1. tile sizes
+    B, H, N, dd = tiles_shape
+    BRs, BCs = [8, 16, 32, 64], [8, 16, 32]
+    tiles, ms = [], np.full((len(BRs), len(BCs)), np.nan)
+    for a, br in enumerate(BRs):
+        for b, bc in enumerate(BCs):
+            if br * bc > 1024:
+                continue
+            kern = fa2_kernel(br, bc)
+            validate("flash_fwd_fa2", kern)
+            ms[a, b] = grader.gpu_time_ms(launcher("flash_fwd_fa2", B, H, N, dd, kern)[0], reps=10, warmup=2)
+            tiles.append({"BR": br, "BC": bc, "B": B, "H": H, "N": N, "d": dd, "ms": ms[a, b], "shared_bytes": smem_of(br, bc, dd)})
+    fig, ax = plt.subplots(figsize=(5, 4.2), dpi=110)
+    im = ax.imshow(ms, cmap="viridis_r")
+    ax.set_xticks(range(len(BCs)), [str(x) for x in BCs])
+    ax.set_yticks(range(len(BRs)), [str(x) for x in BRs])
+    for a in range(len(BRs)):
+        for b in range(len(BCs)):
+            if np.isfinite(ms[a, b]):
+                ax.text(b, a, f"{ms[a, b]:.2f}", ha="center", va="center", color="w", fontsize=9)
+    ax.set(xlabel="B_c (keys per tile, blockDim.x)", ylabel="B_r (query rows per block, blockDim.y)",
+           title=f"flash_fwd_fa2 time (ms), B={B} H={H} N={N} d={dd}\n{device_info().get('device', '')}")
+    fig.colorbar(im)
+    fig.tight_layout()
+    fig.savefig(out / "04_flash_forward_tiles.png")
+    plt.close(fig)
+
+    # 2. naive vs flash over N, one head
+    fa2 = fa2_kernel(16, 16)
+    versions = ["naive pipeline", "flash_fwd_row", "flash_fwd_fa1", "flash_fwd_fa2"]
+    for name in versions:
+        validate(name, fa2)
+    rows = []
+    for n in ns:
+        for name in versions:
+            t = grader.gpu_time_ms(launcher(name, 1, 1, n, d, fa2)[0], reps=5, warmup=1)
+            mem = 4 * (4 * n * d + (2 * n * n if name == "naive pipeline" else n + (2 * n if name == "flash_fwd_fa1" else 0)))
+            rows.append({"kernel": name, "n": n, "d": d, "ms": t, "device_bytes": mem})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    for name in versions:
+        pts = [(r["n"], r["ms"], r["device_bytes"]) for r in rows if r["kernel"] == name]
+        ax1.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
+        if name in ("naive pipeline", "flash_fwd_fa2"):
+            ax2.plot([p[0] for p in pts], [p[2] / 2**20 for p in pts], "o-",
+                     label="naive (Q, K, V, O, S, P)" if name == "naive pipeline" else "flash (Q, K, V, O, L)")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_xlabel(f"N (one head, d = {d})")
+    ax1.set(ylabel="time (ms)", title="naive pipeline vs flash forward, fp32")
+    ax2.set(ylabel="device memory (MiB)", title="memory the method needs")
+    fig.suptitle(device_info().get("device", ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "04_flash_forward_naive_vs_flash.png")
+    plt.close(fig)
+
+    # 3. against PyTorch SDPA on the design-notes shape (B=4, H=16, N=4096, d=64)
+    import torch
+    import torch.nn.functional as F
+
+    sdpa = []
+    B, H, n, dd = 4, 16, 4096, 64
+    flops = 4.0 * B * H * n * n * dd
+    for name in ("flash_fwd_row", "flash_fwd_fa2"):
+        t = grader.gpu_time_ms(launcher(name, B, H, n, dd, fa2)[0], reps=5, warmup=1)
+        sdpa.append({"kernel": name, "dtype": "fp32", "ms": t, "tflops": flops / t / 1e9})
+    for dtype in (torch.float32, torch.float16):
+        q, k, v = (torch.randn(B, H, n, dd, device="cuda", dtype=dtype) for _ in range(3))
+        t = grader.gpu_time_ms(lambda: F.scaled_dot_product_attention(q, k, v), reps=10)
+        sdpa.append({"kernel": "torch SDPA", "dtype": str(dtype).removeprefix("torch."), "ms": t, "tflops": flops / t / 1e9})
+    for r in sdpa:
+        print(f"  B={B} H={H} N={n} d={dd}: {r['kernel']:14s} {r['dtype']:8s} {r['ms']:9.3f} ms  {r['tflops']:7.2f} TFLOP/s")
+    return {"tiles": tiles, "naive_vs_flash": rows, "vs_sdpa": sdpa}
+
+
 def plot(out: Path, timings: dict) -> None:
     import matplotlib
 
@@ -285,7 +425,8 @@ def main() -> int:
         report["cross_backend"] = cross_backend()
         print("4. timings")
         timings = {"device": report["device"], "matmul_fp32": time_matmul(), "naive_attention": time_naive_attention(), "softmax": time_softmax(),
-                   "masking": time_masking(), "backward": time_backward()}
+                   "masking": time_masking(), "backward": time_backward(),
+                   "flash_forward": time_flash_forward(args.out)}
         report["timings"] = timings
         plot(args.out, timings)
     (args.out / "gpu_evidence.json").write_text(json.dumps(report, indent=1))
