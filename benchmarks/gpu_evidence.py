@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import grader
+import grader.exercises  # noqa: F401  (registers every exercise)
 from grader.checks import REGISTRY, get_exercise, launch_case, run_check
 from grader.course import ROOT, solution_source
 from grader.kernel import RawKernel
@@ -67,7 +68,9 @@ def check_wrong_kernels(backend: str) -> list[dict]:
         status = "passed (NOT caught)" if result.passed else ("caught, diagnosis as intended" if expect in messages else "caught, other diagnosis")
         rows.append(row | {"status": status})
     caught = sum(r["status"].startswith("caught") for r in rows)
-    print(f"  wrong kernels on {backend}: {caught} caught of {len(rows)} ({sum(r['status'].startswith('skipped') for r in rows)} skipped)")
+    intended = sum(r["status"] == "caught, diagnosis as intended" for r in rows)
+    print(f"  wrong kernels on {backend}: {caught} caught of {len(rows)}, {intended} with the intended diagnosis "
+          f"({sum(r['status'].startswith('skipped') for r in rows)} skipped)")
     return rows
 
 

@@ -89,7 +89,7 @@ class Exercise:
     scratch: dict = field(default_factory=dict)  # name -> (p -> (shape, dtype)): poisoned work arrays, not compared
     zeroed: tuple = ()  # outputs the launch expects zero-filled (kernels that accumulate with atomics)
     mistakes: list = field(default_factory=list)
-    race_check: bool = False  # run one case under two schedules on the emulator
+    race_check: bool = False  # run one case under the race detector (and a second schedule) on the emulator
     race_case: str | None = None  # default: the last visible case, usually the largest (a barrier race needs several tiles)
     options: tuple = ()
     description: str = ""
@@ -293,7 +293,9 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
     try:
         p, inputs, expected, got = launch_case(ex, compiled, c, seed, race_check)
     except RaceConditionError as err:
-        return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}\n  Look for a missing __syncthreads(): after loading a tile, and again before the next iteration overwrites it.")
+        hint = "" if err.explained else ("\n  Look for a missing __syncthreads(): after loading a tile, and again "
+                                          "before the next iteration overwrites it.")
+        return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}{hint}")
     except KernelFault as err:
         return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {err}")
     for name in ex.outputs:

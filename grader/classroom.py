@@ -106,7 +106,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 # --------------------------------------------------------------------------- release / stale
 
 
-def release(root: Path | str = ROOT, modules: list[str] | None = None) -> dict:
+def release(root: Path | str = ROOT, modules: list[str] | None = None, quiet: bool = False) -> dict:
     """Regenerate ``exercises/`` and ``solutions/`` from ``notebooks/`` with nbgrader's own
     ``generate_assignment`` and ``generate_solution`` (this repository's config: CUDA stubs in
     ``%%cuda`` cells, hidden tests removed from exercises, outputs cleared).
@@ -114,8 +114,8 @@ def release(root: Path | str = ROOT, modules: list[str] | None = None) -> dict:
     Runs in a temporary course directory and copies the result back, so the repository's
     gradebook is not touched and a module's folders hold exactly what nbgrader wrote. With
     ``modules=None`` every module is released and folders of modules that no longer exist
-    are removed. Byte-identical between runs. Returns ``{"modules": [...], "exercises": path,
-    "solutions": path}``."""
+    are removed. Byte-identical between runs. Prints one line per module unless ``quiet``.
+    Returns ``{"modules": [...], "exercises": path, "solutions": path}``."""
     root = Path(root)
     everything = modules is None
     modules = course_modules(root) if everything else list(modules)
@@ -132,6 +132,9 @@ def release(root: Path | str = ROOT, modules: list[str] | None = None) -> dict:
                 for old in (root / folder).iterdir():
                     if old.is_dir() and old.name not in modules:
                         shutil.rmtree(old)
+    if not quiet:
+        for m in modules:
+            print(f"released {m}: {RELEASE}/{m}/, {SOLUTION}/{m}/")
     return {"modules": modules, "exercises": root / RELEASE, "solutions": root / SOLUTION}
 
 
@@ -199,11 +202,12 @@ def fill_answers(release_nb: dict, answers: dict[str, str]) -> dict:
 _BOUND = re.compile(r"(?<![<>=!])\s(<|>=)\s(?![<=])")
 
 
-def inject_bug(source: str) -> tuple[str, str] | None:
-    """A typical off-by-one in a ``%%cuda`` answer: the first ``a < b`` becomes ``a <= b`` (or
-    ``a >= b`` becomes ``a > b``): a bounds guard or a loop that runs one element too far.
-    Looks inside the solution region first, then anywhere in the kernel (comments and the
-    magic line excluded). Returns ``(buggy source, description)``, or None if nothing matches."""
+def bug_candidates(source: str):
+    """Typical off-by-one bugs for a ``%%cuda`` answer, most likely first: each ``a < b``
+    becomes ``a <= b`` (and ``a >= b`` becomes ``a > b``), one at a time: a bounds guard or a
+    loop that runs one element too far. Lines inside the solution region come first, then the
+    rest of the kernel (comments and the magic line excluded). Yields ``(buggy source,
+    description)``."""
     lines = source.split("\n")
     inside = [False] * len(lines)
     state = False
@@ -216,27 +220,60 @@ def inject_bug(source: str) -> tuple[str, str] | None:
             inside[i] = state
     for wanted in (True, False):
         for i, line in enumerate(lines):
-            if (wanted and not inside[i]) or line.lstrip().startswith(MAGIC):
+            if inside[i] != wanted or line.lstrip().startswith(MAGIC):
                 continue
             code = line.split("//", 1)[0]
-            m = _BOUND.search(code)
-            if m:
+            for m in _BOUND.finditer(code):
                 new = " <= " if m.group(1) == "<" else " > "
                 fixed = code[: m.start()] + new + code[m.end():]
-                lines[i] = fixed + line[len(code):]
-                return "\n".join(lines), f"off-by-one: `{code.strip()}` -> `{fixed.strip()}`"
-    return None
+                buggy = lines[:i] + [fixed + line[len(code):]] + lines[i + 1:]
+                yield "\n".join(buggy), f"off-by-one: `{code.strip()}` -> `{fixed.strip()}`"
 
 
-def buggy_answers(answers: dict[str, str]) -> tuple[dict[str, str], str]:
-    """``answers`` with :func:`inject_bug` applied to the first ``%%cuda`` answer it changes."""
+def inject_bug(source: str) -> tuple[str, str] | None:
+    """The first of :func:`bug_candidates`, or None when the kernel has no bound to shift."""
+    return next(bug_candidates(source), None)
+
+
+def _fails_its_check(module: str, cell_source: str) -> bool | None:
+    """Whether a ``%%cuda`` answer fails the visible cases of its exercise (None: unknown, e.g.
+    no exercise declared for that kernel, or kernels cannot run here)."""
+    try:
+        from .checks import REGISTRY, get_exercise, run_check
+
+        get_exercise("vector_add")  # registers every module's exercises
+        magic, _, body = cell_source.lstrip().partition("\n")
+        words = magic.split()
+        ex = next((e for e in REGISTRY.values() if e.module == module and e.kernel == words[1]), None)
+        if ex is None:
+            return None
+        return not run_check(ex.id, body, options=tuple(words[2:])).passed
+    except Exception:  # noqa: BLE001  (a demo convenience: fall back to an unverified bug)
+        return None
+
+
+def buggy_answers(answers: dict[str, str], module: str | None = None) -> tuple[dict[str, str], str]:
+    """``answers`` with one off-by-one (:func:`bug_candidates`) in one ``%%cuda`` answer.
+
+    With ``module``, each candidate is first run against its exercise's visible cases and the
+    first one that really fails is used (shifting a bound is not always a bug: a loop may
+    also stop at a guard); without it, or when that cannot be checked, the first candidate."""
+    fallback, tries = None, 8
     for gid, src in answers.items():
         if not src.lstrip().startswith(MAGIC):
             continue
-        hit = inject_bug(src)
-        if hit:
-            kernel = src.lstrip().split("\n", 1)[0].split()[1]
-            return {**answers, gid: hit[0]}, f"{kernel}: {hit[1]}"
+        kernel = src.lstrip().split("\n", 1)[0].split()[1]
+        for buggy, what in bug_candidates(src):
+            found = ({**answers, gid: buggy}, f"{kernel}: {what}")
+            fallback = fallback or found
+            verdict = _fails_its_check(module, buggy) if module and tries > 0 else None
+            tries -= 1
+            if verdict is None:
+                return fallback
+            if verdict:
+                return found
+    if fallback:
+        return fallback[0], fallback[1] + " (passes the visible cases)"
     return dict(answers), "no bug injected (no bound to shift in a %%cuda answer)"
 
 
@@ -304,39 +341,53 @@ def demo(root: Path | str = ROOT, out: Path | str | None = None, modules: list[s
     feedback can be read). Returns a dict: ``course``, ``modules``, ``scores``
     (``{student: {module: Score}}``), ``table`` (the text printed), ``csv``, ``feedback``,
     ``bugs`` (``{module: what was changed}``), ``flagged`` (``[(student, module)]`` nbgrader
-    could not grade), ``ok`` (ada has full marks, blank none, bug less than ada in every
-    module with a bug, nothing flagged) and ``seconds``."""
+    could not grade), ``ok`` (ada has full marks, blank none, bug less than ada wherever a bug
+    was injected, nothing flagged), ``seconds`` and ``stages`` (seconds per step).
+
+    The ``bug`` kernel is an off-by-one (:func:`bug_candidates`) checked against the
+    exercise's visible cases before it is handed in, so it really is a bug."""
     t0 = time.perf_counter()
     root = Path(root)
     modules = course_modules(root) if modules is None else list(modules)
     course = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="fa-course-demo-"))
-    if (course / "grading").exists():
-        shutil.rmtree(course / "grading")
+    if course.exists() and any(course.iterdir()):
+        if not (course / CONFIG).exists():
+            raise FileExistsError(f"{course} is not empty and not a previous demo course: give an empty or new folder")
+        for sub in (SOURCE, RELEASE, SOLUTION, "grading"):
+            if (course / sub).exists():
+                shutil.rmtree(course / sub)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
 
     say(f"demo course: {course}")
     make_course(root, course, modules)
     say(f"releasing {len(modules)} module(s): nbgrader generate_assignment, generate_solution")
     generate(course)
+    stages = {"release": time.perf_counter() - t0}
 
     bugs = {}
     for m in modules:
         for rel in sorted((course / RELEASE / m).glob("*.ipynb")):
             released = read_nb(rel)
             answers = answer_cells(read_nb(course / SOLUTION / m / rel.name))
-            broken, what = buggy_answers(answers)
+            broken, what = buggy_answers(answers, module=m)
             bugs[m] = what
             submit(course, "ada", m, fill_answers(released, answers), rel.name)
             submit(course, "blank", m, released, rel.name)
             submit(course, "bug", m, fill_answers(released, broken), rel.name)
+    for student, what in DEMO_STUDENTS.items():
+        say(f"  {student:6} hands in {what}")
     for m, what in bugs.items():
         say(f"  bug in {m}: {what}")
 
+    stages["submissions"] = time.perf_counter() - t0 - sum(stages.values())
     say("grading: nbgrader autograde, generate_feedback, export")
     graded = nbgrader(["autograde", "*", "--force"], course, check=False)
+    stages["autograde"] = time.perf_counter() - t0 - sum(stages.values())
     nbgrader(["generate_feedback", "*", "--force"], course)
+    stages["feedback"] = time.perf_counter() - t0 - sum(stages.values())
     csv_path = course / "grading" / "grades.csv"
     nbgrader(["export", "--to", str(csv_path)], course)
+    stages["export"] = time.perf_counter() - t0 - sum(stages.values())
 
     table = scores(course)
     flagged = sorted((st, m) for st, row in table.items() for m, s in row.items() if s.needs_manual_grade)
@@ -346,7 +397,7 @@ def demo(root: Path | str = ROOT, out: Path | str | None = None, modules: list[s
         (a := table.get("ada", {}).get(m)) is not None and a.score == a.max_score > 0
         and (b := table.get("blank", {}).get(m)) is not None and b.score == 0
         and (u := table.get("bug", {}).get(m)) is not None
-        and (u.score < a.score or bugs[m].startswith("no bug"))
+        and (u.score < a.score or bugs[m].startswith("no bug") or bugs[m].endswith("(passes the visible cases)"))
         for m in modules
     )
     say("")
@@ -360,7 +411,7 @@ def demo(root: Path | str = ROOT, out: Path | str | None = None, modules: list[s
     say(f"feedback (HTML): {course / FEEDBACK}/<student>/<module>/")
     say(f"grades (CSV):    {csv_path}")
     say(f"gradebook:       {course / GRADEBOOK}")
-    say(f"done in {seconds:.0f} s" + ("" if ok else ": UNEXPECTED SCORES (expected ada full marks, blank 0, bug below ada)"))
+    say(f"done in {seconds:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in stages.items()) + ")" + ("" if ok else ": UNEXPECTED SCORES (expected ada full marks, blank 0, bug below ada)"))
     return {
         "course": course,
         "modules": modules,
@@ -372,6 +423,7 @@ def demo(root: Path | str = ROOT, out: Path | str | None = None, modules: list[s
         "flagged": flagged,
         "ok": ok,
         "seconds": seconds,
+        "stages": stages,
     }
 
 

@@ -64,4 +64,8 @@ class KernelAssertionError(KernelFault):
 
 
 class RaceConditionError(KernelFault):
-    """Two legal thread schedules gave different results: threads race on memory."""
+    """Threads race on memory: the race detector saw two unordered accesses to one address (at
+    least one a plain write), or two legal thread schedules gave different results.
+    ``explained`` is True when the message already says how to fix it."""
+
+    explained = False

@@ -105,92 +105,105 @@ def _nbytes(value) -> int:
 
 
 class LimitOutputBytes(NbGraderPreprocessor):
-    """Cap each code cell's outputs at ``max_bytes`` in total (streams, rich displays, errors).
+    """Cap each code cell's outputs in bytes: ``max_bytes`` of text (streams, errors, text
+    representations) and ``max_rich_bytes`` of everything else (plots: a matplotlib PNG is
+    50-100 KB). Counting bytes, not lines, is what keeps a student's
+    ``print("x" * 20_000_000)`` out of the autograded notebook and the feedback.
 
-    Text is cut at the limit with a note saying how much was dropped; a rich output that does
-    not fit (an image, a huge HTML table) keeps only the start of its plain text. Error
-    outputs are always kept (each cut to ``max_bytes``). Counting bytes, not lines, is what
-    keeps a student's ``print("x" * 20_000_000)`` out of the autograded notebook and the
-    feedback. In ``autograde`` it runs *after* ``SaveAutoGrades``, so scores are computed on the
-    full output and capping can never change a grade."""
+    Text is cut at the limit (never inside a UTF-8 character) and a note says how much was
+    dropped; a rich representation over its budget (an image) is dropped, keeping the
+    output's plain-text form if it has one. Error outputs are always
+    kept, each cut to ``max_bytes``. In ``autograde`` this runs *after* ``SaveAutoGrades``, so
+    scores are computed on the full output and capping can never change a grade."""
 
     max_bytes = Integer(
         100_000,
-        help="Maximum bytes of output kept per code cell (-1: no limit).",
+        help="Maximum bytes of text output kept per code cell (-1: no limit).",
+    ).tag(config=True)
+
+    max_rich_bytes = Integer(
+        2_000_000,
+        help="Maximum bytes of non-text output (images...) kept per code cell (-1: no limit).",
     ).tag(config=True)
 
     note = Unicode(
-        "\n... output truncated: {dropped} more bytes (cells may show at most {limit} bytes) ...\n",
+        "\n... output truncated: {dropped} more bytes (a cell may show {limit} bytes of text) ...\n",
         help="Appended where output was cut; may use {dropped} and {limit}.",
     ).tag(config=True)
 
-    def _note(self, dropped: int) -> str:
-        return self.note.format(dropped=dropped, limit=self.max_bytes)
+    @staticmethod
+    def _is_text(mime: str) -> bool:
+        return mime.startswith("text/") or mime in ("application/json", "application/javascript")
 
     def preprocess_cell(self, cell: NotebookNode, resources: ResourcesDict, cell_index: int) -> Tuple[NotebookNode, ResourcesDict]:
-        if self.max_bytes < 0 or cell.cell_type != "code" or not cell.get("outputs"):
+        if cell.cell_type != "code" or not cell.get("outputs"):
             return cell, resources
-        budget = self.max_bytes
+        unlimited = float("inf")
+        text_left = self.max_bytes if self.max_bytes >= 0 else unlimited
+        rich_left = self.max_rich_bytes if self.max_rich_bytes >= 0 else unlimited
         kept, dropped = [], 0
         for out in cell.outputs:
-            size = self._output_size(out)
-            if out.get("output_type") == "error":
-                # Errors are always kept (a failed test must still show as failed), each cut
-                # to the cap on its own.
-                if size > self.max_bytes:
-                    out = self._shrink(out, self.max_bytes)
-                    dropped += size - self._output_size(out)
+            kind = out.get("output_type")
+            if kind == "error":
+                # Always kept (a failed test must still show as failed), each cut on its own.
+                size = self._error_size(out)
+                if 0 <= self.max_bytes < size:
+                    self._shrink_error(out, self.max_bytes)
+                    dropped += size - self._error_size(out)
                 kept.append(out)
-            elif size <= budget:
-                kept.append(out)
-                budget -= size
-            else:
-                if budget > 0:
-                    out = self._shrink(out, budget)
+            elif kind == "stream":
+                text = out.get("text", "")
+                text = "".join(text) if isinstance(text, list) else text
+                size = _nbytes(text)
+                if size > text_left:
+                    out.text = _utf8_cut(text, int(text_left))
+                    dropped += size - _nbytes(out.text)
+                text_left -= _nbytes(out.text)
+                if out.text:
                     kept.append(out)
-                    dropped += size - self._output_size(out)
-                else:
-                    dropped += size
-                budget = 0
+            else:  # display_data, execute_result
+                data = {}
+                for mime, value in out.get("data", {}).items():
+                    size = _nbytes(value)
+                    if self._is_text(mime):
+                        if size <= text_left:
+                            data[mime], text_left = value, text_left - size
+                        elif mime == "text/plain" and text_left > 0:
+                            value = _utf8_cut("".join(value) if isinstance(value, list) else value, int(text_left))
+                            data[mime], text_left = value, 0
+                            dropped += size - _nbytes(value)
+                        else:
+                            dropped += size
+                    elif size <= rich_left:
+                        data[mime], rich_left = value, rich_left - size
+                    else:
+                        dropped += size
+                if data:
+                    out.data = data
+                    kept.append(out)
         if dropped:
             # stdout, so the note itself never reads as a failure (nbgrader scores a grade
             # cell with any stderr output as 0).
-            kept.append(NotebookNode(output_type="stream", name="stdout", text=self._note(dropped)))
+            kept.append(NotebookNode(output_type="stream", name="stdout",
+                                     text=self.note.format(dropped=dropped, limit=self.max_bytes)))
             cell.outputs = kept
         return cell, resources
 
     @staticmethod
-    def _output_size(out: NotebookNode) -> int:
-        kind = out.get("output_type")
-        if kind == "stream":
-            return _nbytes(out.get("text", ""))
-        if kind == "error":
-            return _nbytes(out.get("ename", "")) + _nbytes(out.get("evalue", "")) + _nbytes(out.get("traceback", []))
-        return sum(_nbytes(v) for v in out.get("data", {}).values())
+    def _error_size(out: NotebookNode) -> int:
+        return _nbytes(out.get("ename", "")) + _nbytes(out.get("evalue", "")) + _nbytes(out.get("traceback", []))
 
     @staticmethod
-    def _shrink(out: NotebookNode, budget: int) -> NotebookNode:
-        kind = out.get("output_type")
-        if kind == "stream":
-            out.text = _utf8_cut(out.get("text", ""), budget)
-            return out
-        if kind == "error":
-            out.evalue = _utf8_cut(out.get("evalue", ""), budget // 2)
-            lines, left = [], budget - _nbytes(out.evalue) - _nbytes(out.get("ename", ""))
-            for line in out.get("traceback", []):
-                if _nbytes(line) > left:
-                    lines.append(_utf8_cut(line, max(left, 0)))
-                    break
-                lines.append(line)
-                left -= _nbytes(line)
-            out.traceback = lines
-            return out
-        # display_data / execute_result: keep plain text only, cut to the budget.
-        text = out.get("data", {}).get("text/plain", "")
-        if isinstance(text, list):
-            text = "".join(text)
-        out.data = {"text/plain": _utf8_cut(text, budget)}
-        return out
+    def _shrink_error(out: NotebookNode, budget: int) -> None:
+        out.evalue = _utf8_cut(out.get("evalue", ""), budget // 2)
+        lines, left = [], budget - _nbytes(out.evalue) - _nbytes(out.get("ename", ""))
+        for line in out.get("traceback", []):
+            if _nbytes(line) > left:
+                lines.append(_utf8_cut(line, max(left, 0)))
+                break
+            lines.append(line)
+            left -= _nbytes(line)
+        out.traceback = lines
 
 
 class HideHiddenTestTracebacks(NbGraderPreprocessor):

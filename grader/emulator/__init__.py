@@ -13,7 +13,8 @@ array overruns (``-fsanitize=bounds``), dynamic shared memory overruns, divergen
 ``__syncthreads()`` and warp collectives some lanes never reach, the time limit
 (``time_limit`` or ``GRADER_TIME_LIMIT``, default 20 s), ``assert``/``__trap()``, stack
 overflow, integer division by zero, and (``race_check=True``) results that change under a
-second legal schedule: threads and blocks in reverse order. Shared memory starts as 0xFF bytes
+second legal schedule: threads and blocks in reverse order, and a deterministic race detector,
+see below. Shared memory starts as 0xFF bytes
 (NaN as float) in every block, so reading what no thread wrote shows up. ``count_io=True``
 counts global bytes per array and shared bytes, through clang's load/store tracing (clang-16).
 
@@ -23,10 +24,24 @@ Honest limits:
   ``LaunchReport.seconds`` is the CPU's time.
 * Numerics follow the CPU: no FMA contraction where the GPU would fuse, and fast intrinsics
   (``__expf``, ``__fdividef``, ...) return accurate values. Compare with tolerances.
-* Memory model: one legal schedule (two with ``race_check``), not every interleaving, so a race
-  can go unnoticed. Warps do not run in lockstep: code that relies on implicit warp
-  synchronicity without ``__syncwarp`` may pass here and fail on a GPU. ``race_check``
-  compares floats with a relative tolerance of 1e-4 (atomics add in a different order).
+* Memory model: one legal schedule (two with ``race_check``), not every interleaving. Warps do
+  not run in lockstep: code that relies on implicit warp synchronicity without ``__syncwarp``
+  may pass here and fail on a GPU.
+* ``race_check=True`` (needs clang-16 for the detector; without it only the comparison below)
+  reruns the launch, threads and blocks in reverse order, as the clang build whose loads and
+  stores are traced, every block on one CPU thread (deterministic). A shadow per 4-byte word of
+  the arrays and of shared memory keeps the last plain write, two reads and two atomics, each
+  with block, thread, barrier epoch (``__syncthreads`` passed) and warp collectives passed.
+  Reported: two threads touching one word, at least one with a plain write (or an atomic
+  against a plain write), unless ordered: same block and a ``__syncthreads`` between them, or
+  same warp and a ``__syncwarp``/shuffle both took part in. Blocks are never ordered. Not
+  reported: atomics among themselves, and a plain read against atomics (the atomicCAS loop
+  idiom reads the old value plainly). Misses: accesses the compiler turns into ``memcpy``
+  calls are not traced, and sub-word (1-, 2-byte) accesses or more than two concurrent readers
+  of a word keep only part of the history; ordering through atomics or fences (locks, flags) is
+  not modelled, so a lock-protected update would be reported. The outputs of the two runs are
+  also compared (floats with a relative tolerance of 1e-4, as atomics add in another order),
+  which catches what the detector misses when it changes the results.
 * Out-of-bounds reads just *before* an array are caught when its size is a multiple of 4 KiB or
   with ``race_check=True`` (its second run places arrays the other way round); writes there are
   always caught. Each array has 64 KiB of unmapped memory on either side: an index that jumps
@@ -174,12 +189,28 @@ class EmulatedKernel:
             first, io, printed = self._run(backend, lib, grid, block, shared_mem, args, limit,
                                            reverse=False, align_start=False, count_io=count_io)
             if race_check:
-                second, _, _ = self._run(backend, lib, grid, block, shared_mem, args, limit,
-                                         reverse=True, align_start=True, count_io=False)
+                # The second run is the clang build under the race detector (when clang is
+                # here), in the other schedule: a race it sees is reported with both threads and
+                # lines; one it cannot see may still change the results, which are compared.
+                race_lib = self._race_lib()
+                second, _, _ = self._run(backend, race_lib or lib, grid, block, shared_mem, args, limit,
+                                         reverse=True, align_start=True, count_io=False,
+                                         race=race_lib is not None)
                 self._compare(args, first, second)
             for i, data in first.items():
                 args[i].reshape(-1).view(np.uint8)[:] = data
         return LaunchReport(printed=printed, io=io, seconds=time.perf_counter() - start)
+
+    def _race_lib(self) -> Library | None:
+        """The traced (clang) build the race detector needs, or None without clang."""
+        if _toolchain.clang() is None:
+            return None
+        if self._io_lib is None:
+            try:
+                self._io_lib = build(self._source, self._options, flavor="io")
+            except CompileError:
+                return None  # code g++ takes but clang refuses: the comparison alone must do
+        return self._io_lib
 
     def _check_shared(self, dynamic: int) -> None:
         static = self.static_shared_bytes
@@ -195,7 +226,7 @@ class EmulatedKernel:
                 f"exceed the {SHARED_LIMIT} bytes (227 KiB) a block can have on an H100."
             )
 
-    def _run(self, backend, lib, grid, block, shared_mem, args, limit, *, reverse, align_start, count_io):
+    def _run(self, backend, lib, grid, block, shared_mem, args, limit, *, reverse, align_start, count_io, race=False):
         """One run in the worker: (outputs as arg index -> raw bytes, IOCounts or None, printed)."""
         try:
             worker = _get_worker(backend)
@@ -203,7 +234,7 @@ class EmulatedKernel:
             slots = worker.layout(args, align_start=align_start)
             worker.fill(slots, args)
             outcome = worker.run(lib_id, f"emu_entry_{self.name}", grid, block, shared_mem, args, slots,
-                                 reverse=reverse, count_io=count_io, time_limit=limit)
+                                 reverse=reverse, count_io=count_io, time_limit=limit, race=race)
         except _worker.WorkerDied as e:
             _drop_worker(backend)
             raise KernelRuntimeError(
@@ -277,6 +308,8 @@ class EmulatedKernel:
     # ------------------------------------------------------------------ errors
 
     def _explain(self, o: _worker.Outcome, lib: Library, args, slots, limit) -> Exception:
+        if o.kind == _worker.RACE:
+            return self._explain_race(o, lib, args)
         line = o.line
         if line is None and o.pc and o.kind != _worker.ASSERT:
             line = _source_line(lib.path, o.pc - o.lib_base)
@@ -327,6 +360,84 @@ class EmulatedKernel:
         if k == _worker.BUS:
             return OutOfBoundsError(f"{self.name}: {who} made a misaligned or invalid memory access{at}.{printed}", **fault)
         return KernelRuntimeError(f"{self.name}: {who} failed: {o.text or 'unknown error'}{at}.{printed}")
+
+    def _explain_race(self, o: _worker.Outcome, lib: Library, args) -> Exception:
+        f = o.text.split()
+        space, off, kind_now, kind_before = int(f[0]), int(f[1]), int(f[2]), int(f[3])
+        block_before, thread_before = tuple(int(v) for v in f[4:7]), tuple(int(v) for v in f[7:10])
+        pc_before, same_block, same_warp, size = int(f[10]), f[11] == "1", f[12] == "1", int(f[13])
+        line_now = _source_line(lib.path, o.pc - o.lib_base - 1)
+        line_before = _source_line(lib.path, pc_before - 1)
+        now = (o.block, o.thread, kind_now, line_now)
+        before = (block_before, thread_before, kind_before, line_before)
+        # Name them in block, then thread order (z, y, x), whichever ran first here.
+        order = sorted([before, now], key=lambda a: (a[0][::-1], a[1][::-1]))
+        verbs = {0: "reads", 1: "writes", 2: "atomically updates"}
+        what = self._race_where(space, off, size, args, lib)
+        parts = [f"thread {_xyz(t)} of block {_xyz(b)} {verbs[k]} it{self._at(ln, lib)}" for b, t, k, ln in order]
+        kinds = {kind_now, kind_before}
+        same_line = line_now is not None and line_now == line_before
+        if kinds == {1}:
+            kind = "write-write race"
+        elif 2 in kinds:
+            kind = "race between an atomic and a plain write"
+        else:
+            kind = "read-write race"
+        accumulate = 2 in kinds or kinds == {1} or (same_line and kinds == {0, 1})
+        msg = f"{self.name}: race condition on {what}: {parts[0]}, and {parts[1]}, with nothing ordering the two"
+        if not same_block:
+            msg += " (threads of different blocks are never ordered within a launch: no __syncthreads() spans blocks)"
+        elif accumulate:
+            pass
+        elif same_warp:
+            msg += " (same block and warp, with no __syncthreads(), __syncwarp() or warp collective between them)"
+        else:
+            msg += " (same block, with no __syncthreads() between them)"
+        msg += f". This is a {kind}"
+        array = what.split("[")[0] if space >= 0 else None
+        add = f"atomicAdd(&{array}[i], x)" if array else "atomicAdd"
+        if 2 in kinds:
+            msg += (f". Every update of an element that several threads change at once must be atomic: use {add} "
+                    "for all of them, or make one thread own each element.")
+        elif accumulate:
+            rmw = " (a read-modify-write like +=)" if kinds == {0, 1} else ""
+            msg += (f": several threads update the same element{rmw} at once, so updates get lost. "
+                    f"Use {add}, or make one thread own each element.")
+            if same_block and not same_line:
+                msg += " If the two writes belong to different steps, a __syncthreads() is missing between them."
+        elif not same_block:
+            msg += (": one block reads what another block writes, in no fixed order. Make one block own the "
+                    "element, or move the second step into a separate kernel launch.")
+        elif same_warp:
+            msg += (": a __syncthreads() is missing between these two accesses (or a __syncwarp(), where only "
+                    "the lanes of one warp share this data).")
+        else:
+            msg += (": a __syncthreads() is missing between these two accesses (typically a shared tile "
+                    "overwritten for the next iteration while other threads still read it, or read before "
+                    "every thread has written it).")
+        err = RaceConditionError(msg, kernel=self.name, block=o.block, thread=o.thread, line=line_now)
+        err.explained = True
+        return err
+
+    def _race_where(self, space: int, off: int, size: int, args, lib: Library) -> str:
+        if space >= 0:
+            p = self.signature.params[space]
+            arr = args[space]
+            item = arr.itemsize or 1
+            k = off // item
+            where = f"{p.name}[{k}]"
+            if arr.ndim > 1 and 0 <= k < arr.size:
+                where += f" (index {tuple(int(v) for v in np.unravel_index(k, arr.shape))} of shape {arr.shape})"
+            return where
+        elem = size if size in (1, 2, 4, 8) else 4
+        if space == -1:
+            name, start = _shared_symbol(lib.path, off)
+            if name:
+                return f"shared memory ({name}, flat element {(off - start) // elem} of {elem}-byte elements)"
+            return f"shared memory (byte {off} of the __shared__ variables)"
+        if space == -2:
+            return f"shared memory (extern __shared__, flat element {off // elem} of {elem}-byte elements)"
+        return "global memory outside the array arguments"
 
     def _at(self, line: int | None, lib: Library) -> str:
         if line is None:
@@ -382,6 +493,22 @@ def _who(o: _worker.Outcome) -> str:
     if o.block is not None:
         return f"block {_xyz(o.block)}"
     return "the kernel"
+
+
+def _shared_symbol(lib_path, offset: int) -> tuple[str | None, int]:
+    """The static __shared__ variable (a TLS symbol of the library) at ``offset`` in its TLS block."""
+    try:
+        out = subprocess.run(["readelf", "-sW", "-C", str(lib_path)], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, 0
+    for row in out.splitlines():
+        parts = row.split(None, 7)
+        if len(parts) < 8 or parts[3] != "TLS" or parts[6] == "UND":
+            continue
+        start, size = int(parts[1], 16), int(parts[2], 0)
+        if start <= offset < start + max(size, 1):
+            return parts[7].rsplit("::", 1)[-1], start
+    return None, 0
 
 
 def _source_line(lib_path, offset: int) -> int | None:

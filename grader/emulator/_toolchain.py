@@ -38,8 +38,10 @@ GXX_FLAGS = (
 )
 # IO accounting: clang calls __sanitizer_cov_load*/store* (defined in the launcher) before every
 # memory access. Bounds checks stay off so that only the kernel's own accesses are traced.
+# -fno-builtin: otherwise clang turns copy and fill loops into memcpy/memset calls, whose
+#   accesses are not traced (FA1's O and Q copies went uncounted).
 CLANG_FLAGS = (
-    "-std=c++20", "-O2", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-finite-loops", "-fno-strict-aliasing",
+    "-std=c++20", "-O2", "-fno-builtin", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-finite-loops", "-fno-strict-aliasing",
     "-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-fno-color-diagnostics",
     "-Wno-unknown-pragmas", "-Wno-unknown-attributes", "-w",
     "-DEMU_COUNT_IO=1",

@@ -28,7 +28,7 @@ _RECORD = struct.Struct("<10i4Q")  # ErrorRecord up to its text
 _TEXT_BYTES = 8192
 
 # Error kinds (Kind in launcher.cpp).
-SEGV, BOUNDS, FPE, ASSERT, TRAP, BARRIER, TIMEOUT, STACK, BUS, OTHER, SHARED_OOB = range(1, 12)
+SEGV, BOUNDS, FPE, ASSERT, TRAP, BARRIER, TIMEOUT, STACK, BUS, OTHER, SHARED_OOB, RACE = range(1, 13)
 
 
 def default_threads() -> int:
@@ -192,7 +192,7 @@ class Worker:
         return before.count(b"\xff") != len(before)
 
     def run(self, lib: int, entry: str, grid, block, shared_mem: int, args: list, slots: list[ArraySlot],
-            *, reverse: bool, count_io: bool, time_limit: float) -> Outcome:
+            *, reverse: bool, count_io: bool, time_limit: float, race: bool = False) -> Outcome:
         by_index = {s.index: s for s in slots}
         parts = []
         for i, a in enumerate(args):
@@ -202,7 +202,7 @@ class Worker:
             else:
                 raw = np.asarray(a).tobytes().ljust(8, b"\0")[:8]
                 parts.append(f"S {int.from_bytes(raw, 'little'):x}")
-        flags = (1 if reverse else 0) | (2 if count_io else 0)
+        flags = (1 if reverse else 0) | (2 if count_io else 0) | (4 if race else 0)
         cmd = (f"RUN {lib} {entry} {grid[0]} {grid[1]} {grid[2]} {block[0]} {block[1]} {block[2]} "
                f"{shared_mem} {flags} {time_limit!r} {len(args)} {' '.join(parts)}\n")
         self._send(cmd)

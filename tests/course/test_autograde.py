@@ -56,7 +56,7 @@ def dummy_course(tmp_path_factory):
     shutil.copyfile(ROOT / classroom.CONFIG, course / classroom.CONFIG)
     (course / "notebooks" / "adding").mkdir(parents=True)
     nbformat.write(_dummy_notebook(), course / "notebooks" / "adding" / "adding.ipynb")
-    classroom.generate(course)
+    classroom.nbgrader(["generate_assignment", "adding"], course)
 
     released = classroom.read_nb(course / "exercises" / "adding" / "adding.ipynb")
     right = {"add": "def add(a, b):\n    return a + b"}
@@ -70,7 +70,7 @@ def dummy_course(tmp_path_factory):
     }
     for name, nb in students.items():
         classroom.submit(course, name, "adding", nb, "adding.ipynb")
-    graded = classroom.nbgrader(["autograde", "*", "--force", "--Execute.timeout=5"], course, check=False)
+    graded = classroom.nbgrader(["autograde", "*", "--force", "--Execute.timeout=3"], course, check=False)
     classroom.nbgrader(["generate_feedback", "*", "--force"], course)
     classroom.nbgrader(["export", "--to", "grades.csv"], course)
     return course, graded, classroom.scores(course)

@@ -165,15 +165,24 @@ def test_a_20_mb_line_is_cut_to_the_byte_cap():
 def test_errors_survive_the_cap_and_multibyte_text_is_cut_cleanly():
     cell = _cell_with(
         new_output("stream", name="stdout", text="é" * 50_000),
-        new_output("display_data", data={"text/plain": "big", "image/png": "A" * 100_000}),
         new_output("error", ename="CheckFailed", evalue="case 'n=1' failed " + "y" * 50_000,
                    traceback=["line"] * 10),
     )
     cell, _ = LimitOutputBytes(max_bytes=1001).preprocess_cell(cell, {}, 0)
     kinds = [o.output_type for o in cell.outputs]
-    assert "error" in kinds  # a failed test stays failed
+    assert kinds == ["stream", "error", "stream"]  # a failed test stays failed
     assert cell.outputs[0].text == "é" * 500  # 1000 bytes, no half character
-    assert _size(cell) < 3 * 1001 + 200
+    assert cell.outputs[1].evalue.startswith("case 'n=1' failed")
+    assert _size(cell) < 2 * 1001 + 200
+
+
+def test_plots_have_their_own_budget():
+    png = {"text/plain": "<Figure size 640x480 with 1 Axes>", "image/png": "A" * 90_000}
+    cell = _cell_with(new_output("display_data", data=dict(png)), new_output("display_data", data=dict(png)))
+    cell, _ = LimitOutputBytes(max_bytes=1000, max_rich_bytes=100_000).preprocess_cell(cell, {}, 0)
+    assert "image/png" in cell.outputs[0].data  # the first plot fits
+    assert list(cell.outputs[1].data) == ["text/plain"]  # the second is over the budget
+    assert "output truncated: 90000 more bytes" in cell.outputs[-1].text
 
 
 def test_small_outputs_are_untouched():

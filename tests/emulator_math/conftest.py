@@ -37,12 +37,23 @@ def clang() -> str:
     pytest.skip("clang++ >= 16 is not installed")
 
 
-def compile_cpp(gxx: str, sources: list[Path], out: Path | None, *flags: str) -> None:
-    """Compile (and link, when out is given) or only syntax-check the sources; fail with g++'s output."""
-    cmd = [gxx, *FLAGS, *flags, *map(str, sources)]
+def _compile(cxx: str, sources: list[Path], out: Path | None, *flags: str) -> None:
+    """Compile (and link, when out is given) or only syntax-check the sources; fail with the compiler's output."""
+    cmd = [cxx, *FLAGS, *flags, *map(str, sources)]
     cmd += ["-o", str(out)] if out is not None else ["-fsyntax-only"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stderr}"
+
+
+@pytest.fixture(scope="session")
+def compile_cpp():
+    """compile_cpp(cxx, sources, out, *flags): see _compile (a fixture, so tests need not import conftest)."""
+    return _compile
+
+
+@pytest.fixture(scope="session")
+def emu_include() -> Path:
+    return INCLUDE
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +61,7 @@ def probe(gxx, tmp_path_factory):
     """probe(op, records, out_dtype, ncols): run probe.cpp's OP on the records (a NumPy array,
     one record per element) and return its results as an array of shape (len(records), ncols)."""
     exe = tmp_path_factory.mktemp("probe") / "probe"
-    compile_cpp(gxx, [HERE / "probe.cpp"], exe, "-O2")
+    _compile(gxx, [HERE / "probe.cpp"], exe, "-O2")
 
     def run(op: str, records: np.ndarray, out_dtype, ncols: int) -> np.ndarray:
         res = subprocess.run([str(exe), op], input=np.ascontiguousarray(records).tobytes(), capture_output=True)

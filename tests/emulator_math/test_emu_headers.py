@@ -9,8 +9,6 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import INCLUDE, compile_cpp
-
 OURS = ["emu_math.hpp", "cuda_fp16.h", "cuda_bf16.h", "math_constants.h"]
 STD = ["cmath", "math.h", "cstdlib", "algorithm"]
 
@@ -51,7 +49,7 @@ ORDERS = {
 
 
 @pytest.mark.parametrize("name", ORDERS)
-def test_include_orders_compile(gxx, tmp_path, name):
+def test_include_orders_compile(gxx, compile_cpp, tmp_path, name):
     prologue = ""
     if name == "runtime_keywords":
         prologue = "#define __device__\n#define __host__\n#define __forceinline__ inline __attribute__((always_inline))\n"
@@ -60,7 +58,7 @@ def test_include_orders_compile(gxx, tmp_path, name):
     compile_cpp(gxx, [src], None, "-O2")
 
 
-def test_standard_library_and_using_namespace_std(gxx, tmp_path):
+def test_standard_library_and_using_namespace_std(gxx, compile_cpp, tmp_path):
     """After more of libstdc++ and `using namespace std`, min/max/isnan still resolve as in CUDA."""
     more = ["complex", "random", "valarray", "numeric", "functional", "iostream", "vector", "limits", "cstring"]
     body = "".join(f"#include <{h}>\n" for h in more) + "using namespace std;\n" + KERNEL + r"""
@@ -133,7 +131,7 @@ float row_logsumexp(const __half* x, int n, float scale, float* p) {
 
 
 @pytest.mark.parametrize("compiler,opt", [("gxx", "-O0"), ("gxx", "-O2"), ("clang", "-O2")])
-def test_kernel_like_code_links_and_runs(request, tmp_path, compiler, opt):
+def test_kernel_like_code_links_and_runs(request, compile_cpp, tmp_path, compiler, opt):
     """Two translation units include the headers (inline functions, no duplicate symbols, also
     at -O0 where nothing is inlined) and compute an online softmax correctly; with g++ and with
     the clang++ the emulator uses for IO counting."""
@@ -149,7 +147,7 @@ def test_kernel_like_code_links_and_runs(request, tmp_path, compiler, opt):
     np.testing.assert_allclose(out[1:], np.exp(x - lse), rtol=1e-5)
 
 
-def test_cuda_opt_out_macros(gxx, tmp_path):
+def test_cuda_opt_out_macros(gxx, compile_cpp, tmp_path):
     """With CUDA's __CUDA_NO_*_CONVERSIONS__/OPERATORS__ macros the types lose their implicit
     conversions and operators, and the intrinsics still work."""
     prologue = "".join(f"#define __CUDA_NO_{m}__\n" for m in
@@ -168,10 +166,10 @@ def test_cuda_opt_out_macros(gxx, tmp_path):
     compile_cpp(gxx, [src], None, "-O2")
 
 
-def test_half_operators_mirror_cuda(gxx, tmp_path):
+def test_half_operators_mirror_cuda(gxx, emu_include, tmp_path):
     """Mixed __half/float arithmetic is ambiguous in CUDA (both __half(float) and operator float()
     exist); it must be here too, so code that builds on the emulator also builds with NVRTC."""
     src = tmp_path / "ambiguous.cpp"
     src.write_text('#include "cuda_fp16.h"\nfloat f(__half h) { return h * 2.0f; }\n')
-    res = subprocess.run([gxx, "-std=c++20", "-fsyntax-only", f"-I{INCLUDE}", str(src)], capture_output=True, text=True)
+    res = subprocess.run([gxx, "-std=c++20", "-fsyntax-only", f"-I{emu_include}", str(src)], capture_output=True, text=True)
     assert res.returncode != 0 and "ambiguous" in res.stderr

@@ -121,8 +121,8 @@ template <rnd M> inline float fsqrt(float a) {
 // Double precision: the same, with the error of the double operation as remainder. Only its
 // sign matters (round_directed<double> steps by it), but the fma computing it could underflow
 // to zero near the subnormal range; there the operands are scaled by 2^600 first (exactly).
-// A double result that overflowed to inf from finite operands: the exact value lies below it.
 inline double sign_of(double r) { return r == 0 || r != r ? r : (r > 0 ? 1.0 : -1.0); }
+// An infinite result of finite operands overflowed: the exact value lies on the finite side.
 inline bool overflowed(double r, double a, double b) { return std::isinf(r) && std::isfinite(a) && std::isfinite(b); }
 template <rnd M> inline double dadd(double a, double b) {
     if constexpr (M == rnd::rn) { return a + b; }
@@ -181,13 +181,17 @@ inline Out int_to(I x) {
 }
 
 // Floating point -> integer as the GPU's cvt does it: round in mode M, then saturate to the
-// integer's range (C++ leaves out-of-range conversions undefined). NaN gives 0, or
-// 0x8000000000000000 for 64-bit integers (CUDA documents this for __half2ll_rz and friends).
+// integer's range (C++ leaves out-of-range conversions undefined). NaN gives what an H100 gives:
+// 0 from float to 32-bit (and narrower) integers, the sign-bit pattern 0x80000000 or
+// 0x8000000000000000 from double, and to 64-bit integers.
 template <class I, rnd M, class F>
 inline I to_int(F x) {
     const F r = M == rnd::rn ? std::nearbyint(x) : M == rnd::rz ? std::trunc(x)
               : M == rnd::ru ? std::ceil(x) : std::floor(x);
-    if (r != r) return sizeof(I) == 8 ? static_cast<I>(1ull << 63) : I(0);
+    if (r != r) {
+        if (sizeof(I) == 8) return static_cast<I>(1ull << 63);
+        return sizeof(F) == 8 && sizeof(I) == 4 ? static_cast<I>(1u << 31) : I(0);
+    }
     const F top = std::ldexp(F(1), std::numeric_limits<I>::digits);  // 2^31, 2^32, 2^63, 2^64
     if (r >= top) return std::numeric_limits<I>::max();
     if (r <= F(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
@@ -290,14 +294,19 @@ EMU_MINMAX(unsigned long long, unsigned long long, unsigned long long)
 EMU_MINMAX(unsigned long long, long long, unsigned long long)
 EMU_MINMAX(unsigned long long, unsigned long long, long long)
 #undef EMU_MINMAX
-inline float min(float a, float b) { return std::fmin(a, b); }
-inline float max(float a, float b) { return std::fmax(a, b); }
-inline double min(double a, double b) { return std::fmin(a, b); }
-inline double max(double a, double b) { return std::fmax(a, b); }
-inline double min(float a, double b) { return std::fmin(double(a), b); }
-inline double max(float a, double b) { return std::fmax(double(a), b); }
-inline double min(double a, float b) { return std::fmin(a, double(b)); }
-inline double max(double a, float b) { return std::fmax(a, double(b)); }
+// NaN operands are tested first: glibc's fmin returns NaN for a signalling NaN, the GPU the other operand.
+namespace emu_math {
+template <class F> inline F fmin(F a, F b) { return a != a ? b : b != b ? a : std::fmin(a, b); }
+template <class F> inline F fmax(F a, F b) { return a != a ? b : b != b ? a : std::fmax(a, b); }
+}  // namespace emu_math
+inline float min(float a, float b) { return emu_math::fmin(a, b); }
+inline float max(float a, float b) { return emu_math::fmax(a, b); }
+inline double min(double a, double b) { return emu_math::fmin(a, b); }
+inline double max(double a, double b) { return emu_math::fmax(a, b); }
+inline double min(float a, double b) { return emu_math::fmin<double>(a, b); }
+inline double max(float a, double b) { return emu_math::fmax<double>(a, b); }
+inline double min(double a, float b) { return emu_math::fmin<double>(a, b); }
+inline double max(double a, float b) { return emu_math::fmax<double>(a, b); }
 
 // ---------------------------------------------------------------------------------------------
 // Single-precision functions CUDA has and glibc lacks, or declares itself (as internal or GNU

@@ -115,6 +115,10 @@ inline unsigned __lanemask_lt() { return (1u << (emu_ctx.cur->linear % 32u)) - 1
 
 // ----------------------------------------------------------------------------- atomics
 // Fibers of one block share an OS thread, but blocks run on several, so these are real atomics.
+// Under EMU_COUNT_IO (the clang build that counts IO and checks races) each atomic reports itself
+// once as a read-modify-write through emu_io_rmw, from the student's line: the wrappers are always
+// inlined, and they make no traced plain load of their own.
+#define EMU_ATOMIC_FN inline __attribute__((always_inline))
 #ifdef EMU_COUNT_IO
 #define EMU_IO_RMW(p) emu_io_rmw((const void*)(p), sizeof(*(p)))
 #else
@@ -124,11 +128,17 @@ inline unsigned __lanemask_lt() { return (1u << (emu_ctx.cur->linear % 32u)) - 1
 namespace emu {
 
 template <class T>
-inline T atomic_rmw_cas(T* p, T (*f)(T, T), T v) {
+EMU_ATOMIC_FN T atomic_rmw_cas(T* p, T (*f)(T, T), T v) {
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics on 4- or 8-byte values only");
     using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
     Bits* bp = reinterpret_cast<Bits*>(p);
+#ifdef EMU_COUNT_IO
+    // No plain load here: it would be traced as a second read. The first compare-exchange
+    // fetches the current value (unless the guess was right).
+    Bits old_bits = 0;
+#else
     Bits old_bits = __atomic_load_n(bp, __ATOMIC_RELAXED);
+#endif
     for (;;) {
         T old_val, new_val;
         std::memcpy(&old_val, &old_bits, sizeof(T));
@@ -147,15 +157,15 @@ template <class T> inline T op_max(T a, T b) { return a < b ? b : a; }
 }  // namespace emu
 
 #define EMU_ATOMIC_INT(T)                                                                                   \
-    inline T atomicAdd(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }   \
-    inline T atomicSub(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }   \
-    inline T atomicAnd(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }   \
-    inline T atomicOr(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }     \
-    inline T atomicXor(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); }   \
-    inline T atomicExch(T* p, T v) { EMU_IO_RMW(p); return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); } \
-    inline T atomicMin(T* p, T v) { EMU_IO_RMW(p); return ::emu::atomic_rmw_cas<T>(p, ::emu::op_min<T>, v); } \
-    inline T atomicMax(T* p, T v) { EMU_IO_RMW(p); return ::emu::atomic_rmw_cas<T>(p, ::emu::op_max<T>, v); } \
-    inline T atomicCAS(T* p, T cmp, T v) {                                                                  \
+    EMU_ATOMIC_FN T atomicAdd(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }   \
+    EMU_ATOMIC_FN T atomicSub(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }   \
+    EMU_ATOMIC_FN T atomicAnd(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }   \
+    EMU_ATOMIC_FN T atomicOr(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }     \
+    EMU_ATOMIC_FN T atomicXor(T* p, T v) { EMU_IO_RMW(p); return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); }   \
+    EMU_ATOMIC_FN T atomicExch(T* p, T v) { EMU_IO_RMW(p); return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); } \
+    EMU_ATOMIC_FN T atomicMin(T* p, T v) { EMU_IO_RMW(p); return ::emu::atomic_rmw_cas<T>(p, ::emu::op_min<T>, v); } \
+    EMU_ATOMIC_FN T atomicMax(T* p, T v) { EMU_IO_RMW(p); return ::emu::atomic_rmw_cas<T>(p, ::emu::op_max<T>, v); } \
+    EMU_ATOMIC_FN T atomicCAS(T* p, T cmp, T v) {                                                                  \
         EMU_IO_RMW(p);                                                                                      \
         T expected = cmp;                                                                                   \
         if (__atomic_compare_exchange_n(p, &expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))        \
@@ -170,9 +180,9 @@ EMU_ATOMIC_INT(unsigned long long)
 EMU_ATOMIC_INT(long long)
 #undef EMU_ATOMIC_INT
 
-inline float atomicAdd(float* p, float v) { EMU_IO_RMW(p); return emu::atomic_rmw_cas<float>(p, emu::op_add<float>, v); }
-inline double atomicAdd(double* p, double v) { EMU_IO_RMW(p); return emu::atomic_rmw_cas<double>(p, emu::op_add<double>, v); }
-inline float atomicExch(float* p, float v) {
+EMU_ATOMIC_FN float atomicAdd(float* p, float v) { EMU_IO_RMW(p); return emu::atomic_rmw_cas<float>(p, emu::op_add<float>, v); }
+EMU_ATOMIC_FN double atomicAdd(double* p, double v) { EMU_IO_RMW(p); return emu::atomic_rmw_cas<double>(p, emu::op_add<double>, v); }
+EMU_ATOMIC_FN float atomicExch(float* p, float v) {
     EMU_IO_RMW(p);
     uint32_t b;
     std::memcpy(&b, &v, 4);
@@ -180,11 +190,11 @@ inline float atomicExch(float* p, float v) {
     std::memcpy(&v, &b, 4);
     return v;
 }
-inline unsigned int atomicInc(unsigned int* p, unsigned int limit) {
+EMU_ATOMIC_FN unsigned int atomicInc(unsigned int* p, unsigned int limit) {
     EMU_IO_RMW(p);
     return emu::atomic_rmw_cas<unsigned int>(p, [](unsigned a, unsigned l) { return a >= l ? 0u : a + 1; }, limit);
 }
-inline unsigned int atomicDec(unsigned int* p, unsigned int limit) {
+EMU_ATOMIC_FN unsigned int atomicDec(unsigned int* p, unsigned int limit) {
     EMU_IO_RMW(p);
     return emu::atomic_rmw_cas<unsigned int>(p, [](unsigned a, unsigned l) { return (a == 0 || a > l) ? l : a - 1; }, limit);
 }

@@ -60,6 +60,7 @@ enum Kind : int32_t {
     kBus = 9,
     kOther = 10,
     kSharedOob = 11,
+    kRace = 12,
 };
 
 struct ErrorRecord {
@@ -94,6 +95,7 @@ struct Fiber : emu::FiberHead {
     int width;
     uint64_t val;
     uint64_t result;
+    uint32_t wlast;  // race mode: number of the last warp collective this lane completed
     char* guard;  // lowest page of this fiber's stack, PROT_NONE
 #if EMU_FIBERS_BOOST
     bctx::fcontext_t ctx;
@@ -114,7 +116,7 @@ struct Launch {
     int lib;
     dim3 grid, block;
     size_t shared_mem;
-    bool reverse, count_io;
+    bool reverse, count_io, race;
     uint64_t nblocks;
     void* argv[kMaxArgs];
     uint64_t values[kMaxArgs];
@@ -160,6 +162,14 @@ struct Worker {
     uint64_t snap_pc = 0;
     int snap_has_thread = 0;
     uint3 snap_thread{}, snap_block{};
+    // race mode (see "race detection" below)
+    uint32_t uid = 0;    // this block's instance number in the launch
+    uint32_t epoch = 0;  // __syncthreads() the block has passed
+    std::vector<std::vector<uint32_t>> warp_hist;  // per warp: the mask of each completed collective
+    struct Shadow* sshadow = nullptr;  // shared memory's shadow: static part, then dynamic part
+    size_t sshadow_bytes = 0;
+    uintptr_t tls_base = 0;  // tls_lo rounded down to 4 bytes
+    size_t tls_words = 0, dyn_words = 0;
 };
 
 int g_proto_fd = 1;
@@ -180,6 +190,7 @@ int g_finished = 0;
 
 thread_local Worker* t_worker = nullptr;
 thread_local Worker* t_io = nullptr;  // set while counting IO
+thread_local Worker* t_race = nullptr;  // set while detecting races
 
 // ----------------------------------------------------------------------------- reporting
 
@@ -378,6 +389,181 @@ std::string where_waiting(const Fiber& f) {
     report(kBarrier, f.line, "%s", text.c_str());
 }
 
+
+// ----------------------------------------------------------------------------- race detection
+//
+// With race checking on, the kernel is the clang build whose loads and stores call the
+// __sanitizer_cov_* hooks below, and every block runs on one OS thread, in a fixed order, so
+// what is found (and the report) is deterministic. Each 4-byte word of the arrays and of the
+// block's shared memory has a shadow: the last plain write, up to two reads and up to two
+// atomics, each with (block instance, thread, barrier epoch, warp collective count, code
+// address). Two accesses to a word by different threads, at least one of them a plain write
+// (or an atomic against a plain write), race unless ordered: same block and a __syncthreads()
+// between them (a different epoch), or same warp and a warp collective both lanes took part in
+// between them. Nothing orders accesses of different blocks. A plain read against atomics is not
+// reported: the CAS loop idiom (read, then atomicCAS to check) does exactly that.
+
+enum AccessKind : uint8_t { kAccRead = 0, kAccWrite = 1, kAccAtomic = 2 };
+
+struct Access {
+    uint32_t uid;  // block instance, 0 = no access recorded
+    uint16_t thread;  // linear thread index in the block
+    uint8_t mask;  // bytes of the word touched
+    uint8_t kind;
+    uint32_t epoch;
+    uint32_t wgen;  // collectives the thread's warp had completed at the time
+    uint32_t pc;  // return address of the hook, as an offset in the kernel library
+};
+
+struct Shadow {
+    Access w, r1, r2, a1, a2;
+};
+
+Shadow* g_gshadow = nullptr;  // global arrays: one per word of the launch's reservation
+size_t g_gshadow_bytes = 0;
+uint32_t g_uid = 0;
+uint32_t g_uid_first = 1;
+std::vector<uint64_t> g_uid_block;  // block instance - g_uid_first -> linear block index
+uintptr_t g_race_lib_base = 0;
+
+uint3 block_of_linear(uint64_t linear) {
+    const Launch& L = g_launch;
+    return uint3{unsigned(linear % L.grid.x), unsigned(linear / L.grid.x % L.grid.y),
+                 unsigned(linear / (uint64_t(L.grid.x) * L.grid.y))};
+}
+
+uint3 thread_of_linear(unsigned i) {
+    const Launch& L = g_launch;
+    return uint3{i % L.block.x, i / L.block.x % L.block.y, i / (L.block.x * L.block.y)};
+}
+
+// Whether access p (earlier) happens before access c (now) by CUDA's rules.
+inline bool race_ordered(const Worker* w, const Access& p, const Access& c) {
+    if (p.uid != c.uid) return false;  // different blocks: nothing orders them
+    if (p.thread == c.thread || p.epoch != c.epoch) return true;  // program order, or a __syncthreads()
+    if ((p.thread >> 5) != (c.thread >> 5)) return false;
+    // Same warp: ordered if, after p, a collective that both lanes took part in has completed and
+    // c's lane has passed it.
+    const std::vector<uint32_t>& hist = w->warp_hist[c.thread >> 5];
+    const uint32_t hi = w->fibers[c.thread].wlast;
+    const unsigned both = (1u << (p.thread & 31)) | (1u << (c.thread & 31));
+    for (uint32_t k = p.wgen + 1, n = 0; k <= hi; ++k, ++n) {
+        if ((hist[k - 1] & both) == both) return true;
+        if (n > 4096) return true;  // give up rather than risk a false report
+    }
+    return false;
+}
+
+[[noreturn]] void race_report(Worker* w, const Access& p, const Access& c, bool global, uintptr_t addr) {
+    const Launch& L = g_launch;
+    int space = -3;  // -1 static shared, -2 dynamic shared, -3 global but in no array, else argument index
+    uint64_t off = 0;
+    if (global) {
+        off = addr - L.res_lo;
+        for (int i = 0; i < L.nargs; ++i)
+            if (addr - L.arg_lo[i] < L.arg_len[i]) {
+                space = i;
+                off = addr - L.arg_lo[i];
+                break;
+            }
+    } else if (addr - uintptr_t(w->tls_lo) < w->tls_len) {
+        space = -1;
+        off = addr - uintptr_t(w->tls_lo);
+    } else {
+        space = -2;
+        off = addr - uintptr_t(emu_ctx.dyn_smem);
+    }
+    const uint3 pb = block_of_linear(g_uid_block[p.uid - g_uid_first]);
+    const uint3 pt = thread_of_linear(p.thread);
+    claim_report();
+    fill_location(g_err);
+    g_err->kind = kRace;
+    g_err->line = -1;
+    g_err->is_write = c.kind != kAccRead;
+    g_err->addr = addr;
+    g_err->pc = g_race_lib_base + c.pc;
+    snprintf(g_err->text, sizeof g_err->text, "%d %llu %d %d %u %u %u %u %u %u %u %d %d %u", space,
+             (unsigned long long)off, int(c.kind), int(p.kind), pb.x, pb.y, pb.z, pt.x, pt.y, pt.z, p.pc,
+             int(p.uid == c.uid), int(p.uid == c.uid && (p.thread >> 5) == (c.thread >> 5)),
+             unsigned(__builtin_popcount(c.mask)));
+    finish_report();
+}
+
+inline void race_word(Worker* w, Shadow& s, const Access& c, bool global, uintptr_t word) {
+    auto live = [&](const Access& p) { return p.uid != 0 && (global || p.uid == c.uid); };
+    auto check = [&](const Access& p) {
+        if (live(p) && (p.mask & c.mask) && !race_ordered(w, p, c))
+            race_report(w, p, c, global, word + unsigned(__builtin_ctz(p.mask & c.mask)));
+    };
+    // Keep c in one of two slots: over a dead record or one c supersedes (same bytes, ordered
+    // before c), else (three unordered accesses) prefer records from two different blocks.
+    auto remember = [&](Access& s1, Access& s2) {
+        if (!live(s1) || ((s1.mask & ~c.mask) == 0 && race_ordered(w, s1, c))) s1 = c;
+        else if (!live(s2) || ((s2.mask & ~c.mask) == 0 && race_ordered(w, s2, c))) s2 = c;
+        else if (s1.uid == s2.uid && c.uid != s1.uid) s2 = c;
+    };
+    switch (c.kind) {
+        case kAccRead:
+            check(s.w);
+            remember(s.r1, s.r2);
+            break;
+        case kAccWrite:
+            check(s.w);
+            check(s.r1);
+            check(s.r2);
+            check(s.a1);
+            check(s.a2);
+            // Whatever was recorded is ordered before this write, and so before whatever this
+            // write is ordered before: the write alone stands for them.
+            s.w = c;
+            s.r1 = s.r2 = s.a1 = s.a2 = Access{};
+            break;
+        default:
+            check(s.w);
+            remember(s.a1, s.a2);
+            break;
+    }
+}
+
+void race_access(uintptr_t a, unsigned size, int kind, uintptr_t ret) {
+    Worker* w = t_race;
+    Fiber* f = static_cast<Fiber*>(emu_ctx.cur);
+    if (!f) return;
+    const Launch& L = g_launch;
+    Shadow* shadow;
+    uintptr_t base;
+    bool global = false;
+    if (a - L.res_lo < L.res_len) {
+        shadow = g_gshadow;
+        base = L.res_lo;
+        global = true;
+    } else if (a - w->tls_base < w->tls_words * 4) {
+        shadow = w->sshadow;
+        base = w->tls_base;
+    } else if (a - uintptr_t(emu_ctx.dyn_smem) < w->dyn_words * 4) {
+        shadow = w->sshadow + w->tls_words;
+        base = uintptr_t(emu_ctx.dyn_smem);
+    } else {
+        return;
+    }
+    Access c{w->uid, uint16_t(f->linear), 0, uint8_t(kind), w->epoch,
+             uint32_t(w->warp_hist[f->linear >> 5].size()), uint32_t(ret - g_race_lib_base)};
+    const uintptr_t off = a - base;
+    const uintptr_t end = off + size;
+    for (uintptr_t word = off & ~uintptr_t(3); word < end; word += 4) {
+        unsigned lo = unsigned(std::max(off, word) - word), hi = unsigned(std::min(end, word + 4) - word);
+        c.mask = uint8_t(((1u << hi) - 1) & ~((1u << lo) - 1));
+        race_word(w, shadow[word >> 2], c, global, base + word);
+    }
+}
+
+void* map_zeroed(size_t bytes) {
+    if (!bytes) return nullptr;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) report(kOther, -1, "cannot allocate %zu bytes of shadow memory for the race check", bytes);
+    return p;
+}
+
 // ----------------------------------------------------------------------------- scheduler
 
 void poison_shared(Worker* w) {
@@ -392,11 +578,19 @@ void run_block(Worker* w, uint64_t linear) {
     w->block_linear = linear;
     poison_shared(w);
     const int n = w->threads;
+    if (L.race) {
+        w->uid = ++g_uid;
+        g_uid_block.push_back(linear);
+        w->epoch = 0;
+        w->warp_hist.resize(size_t((n + 31) / 32));
+        for (auto& h : w->warp_hist) h.clear();
+    }
     for (int i = 0; i < n; ++i) {
         Fiber& f = w->fibers[i];
         f.tid = uint3{unsigned(i % L.block.x), unsigned(i / L.block.x % L.block.y), unsigned(i / (L.block.x * L.block.y))};
         f.linear = i;
         f.state = kReady;
+        f.wlast = 0;
         fiber_init(w, &f);
     }
     w->live = n;
@@ -474,12 +668,30 @@ void run_share(Worker* w) {
         w->s_read = w->s_write = 0;
         t_io = w;
     }
+    if (L.race) {
+        // One OS thread runs every block, in order: the race check is deterministic.
+        if (w != g_workers[0]) {
+            t_io = nullptr;
+            return;
+        }
+        w->tls_base = uintptr_t(w->tls_lo) & ~uintptr_t(3);
+        w->tls_words = w->tls_len ? (uintptr_t(w->tls_lo) + w->tls_len - w->tls_base + 3) / 4 : 0;
+        w->dyn_words = (w->dyn_len + 3) / 4;
+        w->sshadow_bytes = (w->tls_words + w->dyn_words) * sizeof(Shadow);
+        w->sshadow = static_cast<Shadow*>(map_zeroed(w->sshadow_bytes));
+        t_race = w;
+    }
     for (;;) {
         uint64_t k = L.next_block.fetch_add(1);
         if (k >= L.nblocks) break;
         run_block(w, L.reverse ? L.nblocks - 1 - k : k);
     }
     t_io = nullptr;
+    if (t_race) {
+        t_race = nullptr;
+        if (w->sshadow) munmap(w->sshadow, w->sshadow_bytes);
+        w->sshadow = nullptr;
+    }
 }
 
 void* worker_main(void* arg) {
@@ -655,6 +867,7 @@ void cmd_run(char* line) {
     int flags = atoi(next());
     L.reverse = flags & 1;
     L.count_io = flags & 2;
+    L.race = flags & 4;
     double limit = strtod(next(), nullptr);
     L.nargs = atoi(next());
     if (L.lib < 0 || size_t(L.lib) >= g_libs.size() || L.nargs < 0 || L.nargs > kMaxArgs)
@@ -711,6 +924,13 @@ void cmd_run(char* line) {
     }
     L.nblocks = uint64_t(L.grid.x) * L.grid.y * L.grid.z;
     L.next_block.store(0);
+    if (L.race) {
+        g_gshadow_bytes = total / 4 * sizeof(Shadow);
+        g_gshadow = static_cast<Shadow*>(map_zeroed(g_gshadow_bytes));
+        g_uid_first = g_uid + 1;
+        g_uid_block.clear();
+        g_race_lib_base = g_libs[L.lib].base;
+    }
     for (Worker* w : g_workers) {
         w->print->used = 0;
         w->print->truncated = 0;
@@ -728,6 +948,10 @@ void cmd_run(char* line) {
         }
     }
     munmap(res, total);
+    if (g_gshadow) {
+        munmap(g_gshadow, g_gshadow_bytes);
+        g_gshadow = nullptr;
+    }
 
     std::string io;
     if (L.count_io) {
@@ -796,6 +1020,7 @@ int emu_syncthreads_reduce(int line, int op, int pred) {
         w->fibers[i].result = uint64_t(result);
     }
     w->arrived = 0;
+    w->epoch++;
     // Yield rather than run ahead: after a barrier the threads start again in schedule order,
     // much as a block's warps leave a barrier together on a GPU.
     fiber_yield(w);
@@ -910,6 +1135,12 @@ uint64_t emu_warp(int op, int line, unsigned mask, uint64_t bits, int arg, int w
         o.result = r;
         o.state = kReady;
     }
+    if (t_race) {
+        std::vector<uint32_t>& hist = w->warp_hist[size_t(base >> 5)];
+        hist.push_back(mask);
+        for (int j = 0; j < 32; ++j)
+            if (mask >> j & 1) w->fibers[base + j].wlast = uint32_t(hist.size());
+    }
     // Like a barrier: the lanes continue together, in schedule order.
     fiber_yield(w);
     return f->result;
@@ -968,14 +1199,22 @@ static inline void io_count(const void* p, unsigned size, bool store) {
         (store ? w->s_write : w->s_read) += size;
 }
 
+// An atomic read-modify-write: one read and one write (the compiler does not trace atomics).
 void emu_io_rmw(const void* addr, unsigned size) {
     io_count(addr, size, false);
     io_count(addr, size, true);
+    if (t_race) race_access(uintptr_t(addr), size, kAccAtomic, uintptr_t(__builtin_return_address(0)));
 }
 
-#define EMU_IO_HOOKS(N)                                                                      \
-    void __sanitizer_cov_load##N(void* p) { io_count(p, N, false); }                         \
-    void __sanitizer_cov_store##N(void* p) { io_count(p, N, true); }
+#define EMU_IO_HOOKS(N)                                                                                  \
+    void __sanitizer_cov_load##N(void* p) {                                                              \
+        io_count(p, N, false);                                                                           \
+        if (t_race) race_access(uintptr_t(p), N, kAccRead, uintptr_t(__builtin_return_address(0)));     \
+    }                                                                                                    \
+    void __sanitizer_cov_store##N(void* p) {                                                             \
+        io_count(p, N, true);                                                                            \
+        if (t_race) race_access(uintptr_t(p), N, kAccWrite, uintptr_t(__builtin_return_address(0)));    \
+    }
 EMU_IO_HOOKS(1)
 EMU_IO_HOOKS(2)
 EMU_IO_HOOKS(4)
