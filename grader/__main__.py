@@ -68,7 +68,7 @@ def _compile(args) -> int:
 def _demo(args) -> int:
     from .classroom import demo
 
-    return 0 if demo() else 1
+    return 0 if demo()["ok"] else 1
 
 
 def _release(args) -> int:
