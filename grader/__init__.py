@@ -27,14 +27,45 @@ from .errors import (
     RaceConditionError,
 )
 from .kernel import RawKernel
+from .launch import ceil_div
 from .magic import load_ipython_extension, register_if_interactive
 from .nvrtc import compile_check
 from .timing import gpu_time_ms
 
-
-def ceil_div(n: int, b: int) -> int:
-    """Blocks of size ``b`` needed to cover ``n`` items (the same as the prelude's ceil_div)."""
-    return -(-int(n) // int(b))
+__all__ = [
+    "array_module",
+    "empty",
+    "is_device_array",
+    "never_written",
+    "to_device",
+    "to_host",
+    "zeros",
+    "backend",
+    "gpu_status",
+    "set_backend",
+    "CheckFailed",
+    "check",
+    "BackendUnavailableError",
+    "BarrierError",
+    "CompileError",
+    "CourseError",
+    "KernelArgumentError",
+    "KernelAssertionError",
+    "KernelFault",
+    "KernelNotFoundError",
+    "KernelRuntimeError",
+    "KernelSourceError",
+    "KernelTimeoutError",
+    "LaunchConfigError",
+    "OutOfBoundsError",
+    "RaceConditionError",
+    "RawKernel",
+    "ceil_div",
+    "load_ipython_extension",
+    "compile_check",
+    "gpu_time_ms",
+    "xp",
+]
 
 
 def __getattr__(name):

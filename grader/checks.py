@@ -19,7 +19,7 @@ import numpy as np
 
 from .arrays import empty, never_written, to_device, to_host, zeros
 from .backend import backend as active_backend
-from .errors import CompileError, CourseError, KernelFault, RaceConditionError
+from .errors import CourseError, KernelFault, RaceConditionError
 
 # |got - expected| <= atol + rtol * |expected|, by output dtype and backend. The emulator runs
 # IEEE float32 without FMA contraction; GPUs contract to FMA and use approximate __expf, so

@@ -14,6 +14,11 @@ DEFAULT_SHARED_BYTES = 48 * 1024  # static limit, and dynamic limit without opti
 MAX_SHARED_BYTES_OPTIN = 227 * 1024  # H100 per-block maximum with the opt-in attribute
 
 
+def ceil_div(n: int, b: int) -> int:
+    """Blocks of size ``b`` needed to cover ``n`` items (the same as the prelude's ceil_div)."""
+    return -(-int(n) // int(b))
+
+
 def dims(value, what: str, kernel: str) -> tuple[int, int, int]:
     """Normalise an int or a 1-3 tuple to (x, y, z), refusing floats, zeros and negatives."""
     items = value if isinstance(value, (tuple, list)) else (value,)

@@ -2,13 +2,11 @@
 import numpy as np
 
 from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
 
 MODULE = "00_launching_kernels"
 F32 = np.float32
 
-
-def _ceil(n, b):
-    return -(-n // b)
 
 
 exercise(
@@ -21,7 +19,7 @@ exercise(
     outputs=dict(c=lambda p: ((p.n,), F32)),
     reference=lambda p, x: dict(c=x["a"].astype(np.float64) + x["b"]),
     args=lambda p, a: (a.a, a.b, a.c, np.int32(p.n)),
-    grid=lambda p: _ceil(p.n, 256),
+    grid=lambda p: ceil_div(p.n, 256),
     block=lambda p: 256,
     cases=[
         case("one_element", n=1, seed=1),
@@ -55,7 +53,7 @@ exercise(
     outputs=dict(y=lambda p: ((p.rows, p.cols), F32)),
     reference=_row_scale_ref,
     args=lambda p, a: (a.x, a.s, a.y, np.int32(p.rows), np.int32(p.cols)),
-    grid=lambda p: (_ceil(p.cols, 16), _ceil(p.rows, 16)),
+    grid=lambda p: (ceil_div(p.cols, 16), ceil_div(p.rows, 16)),
     block=lambda p: (16, 16),
     cases=[
         case("one_tile", rows=16, cols=16, seed=1),

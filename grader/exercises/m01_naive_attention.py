@@ -3,13 +3,11 @@ import numpy as np
 
 from .. import reference as ref
 from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
 
 MODULE = "01_naive_attention"
 F32 = np.float32
 
-
-def _ceil(n, b):
-    return -(-n // b)
 
 
 def _qk(p, rng, heads=None):
@@ -33,7 +31,7 @@ exercise(
     outputs=dict(S=lambda p: ((p.N, p.N), F32)),
     reference=lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p)))),
     args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.N), np.int32(p.d), _scale(p)),
-    grid=lambda p: (_ceil(p.N, 16), _ceil(p.N, 16)),
+    grid=lambda p: (ceil_div(p.N, 16), ceil_div(p.N, 16)),
     block=lambda p: (16, 16),
     cases=[
         case("tiny", N=3, d=2, seed=1),
@@ -94,7 +92,7 @@ exercise(
     outputs=dict(P=lambda p: ((p.N, p.N), F32)),
     reference=lambda p, x: dict(P=ref.softmax_rows(x["S"])),
     args=lambda p, a: (a.S, a.P, np.int32(p.N)),
-    grid=lambda p: _ceil(p.N, 128),
+    grid=lambda p: ceil_div(p.N, 128),
     block=lambda p: 128,
     cases=[
         case("tiny", N=3, seed=1),
@@ -134,7 +132,7 @@ exercise(
     outputs=dict(O=lambda p: ((p.N, p.d), F32)),
     reference=lambda p, x: dict(O=ref.matmul(x["P"], x["V"])),
     args=lambda p, a: (a.P, a.V, a.O, np.int32(p.N), np.int32(p.d)),
-    grid=lambda p: (_ceil(p.d, 16), _ceil(p.N, 16)),
+    grid=lambda p: (ceil_div(p.d, 16), ceil_div(p.N, 16)),
     block=lambda p: (16, 16),
     cases=[
         case("tiny", N=3, d=2, seed=1),
@@ -171,7 +169,7 @@ exercise(
     outputs=dict(S=lambda p: ((p.BH, p.N, p.N), F32)),
     reference=_batched_scores_ref,
     args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.BH), np.int32(p.N), np.int32(p.d), _scale(p)),
-    grid=lambda p: (_ceil(p.N, 16), _ceil(p.N, 16), p.BH),
+    grid=lambda p: (ceil_div(p.N, 16), ceil_div(p.N, 16), p.BH),
     block=lambda p: (16, 16),
     cases=[
         case("one_head", BH=1, N=16, d=8, seed=1),

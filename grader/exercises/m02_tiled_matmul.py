@@ -3,13 +3,11 @@ import numpy as np
 
 from .. import reference as ref
 from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
 
 MODULE = "02_tiled_matmul"
 F32 = np.float32
 
-
-def _ceil(n, b):
-    return -(-n // b)
 
 
 def _ab(p, rng):
@@ -42,7 +40,7 @@ def _only_first_k_tile(p, x):
 def _b_tiles_transposed(p, x):
     """What a tiled kernel returns if it swaps threadIdx.x and threadIdx.y in the load of B:
     every 16 x 16 tile of B (zero-padded at the edges) is used transposed."""
-    T, kp, np_ = 16, _ceil(p.K, 16) * 16, _ceil(p.N, 16) * 16
+    T, kp, np_ = 16, ceil_div(p.K, 16) * 16, ceil_div(p.N, 16) * 16
     padded = np.zeros((kp, np_))
     padded[: p.K, : p.N] = x["B"]
     tiles = padded.reshape(kp // T, T, np_ // T, T).transpose(0, 3, 2, 1).reshape(kp, np_)
@@ -62,7 +60,7 @@ def _matmul(kernel, launch_shape, race_check, cases, tiled_mistakes=()):
         outputs=dict(C=lambda p: ((p.M, p.N), F32)),
         reference=lambda p, x: dict(C=ref.matmul(x["A"], x["B"])),
         args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
-        grid=lambda p: (_ceil(p.N, 16), _ceil(p.M, 16)),
+        grid=lambda p: (ceil_div(p.N, 16), ceil_div(p.M, 16)),
         block=lambda p: (16, 16),
         cases=cases,
         race_check=race_check,
@@ -98,7 +96,7 @@ exercise(
     outputs=dict(S=lambda p: ((p.N, p.N), F32)),
     reference=lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p)))),
     args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.N), np.int32(p.d), _scale(p)),
-    grid=lambda p: (_ceil(p.N, 16), _ceil(p.N, 16)),
+    grid=lambda p: (ceil_div(p.N, 16), ceil_div(p.N, 16)),
     block=lambda p: (16, 16),
     race_check=True,
     cases=[  # first: the race-checked case, two tiles along d (see TILED_CASES)

@@ -3,6 +3,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
 
 MODULE = "03_online_softmax"
 F32 = np.float32
@@ -180,7 +181,7 @@ exercise(
     outputs=dict(m_out=lambda p: ((p.rows,), F32), l_out=lambda p: ((p.rows,), F32), acc_out=lambda p: ((p.rows, p.d), F32)),
     reference=_merge_ref,
     args=lambda p, a: (a.m_a, a.l_a, a.acc_a, a.m_b, a.l_b, a.acc_b, a.m_out, a.l_out, a.acc_out, np.int32(p.rows), np.int32(p.d)),
-    grid=lambda p: (-(-p.d // 32), p.rows),
+    grid=lambda p: (ceil_div(p.d, 32), p.rows),
     block=lambda p: 32,
     cases=[
         case("one_row", rows=1, d=8, keys=12, spread=1.0, seed=1),

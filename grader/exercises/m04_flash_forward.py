@@ -3,6 +3,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
 from ._attention import (OUTPUTS, forward_mistakes, log2_l_mistake, qkv, row_pairs_mistake, scale_of,
                          unmasked_tail_mistake)
 
@@ -13,9 +14,6 @@ BC = 32  # key tile of flash_fwd_row and flash_fwd_fa1
 FA2_BR, FA2_BC = 16, 16  # flash_fwd_fa2: a 16 x 16 score tile, one thread per element
 RACE_CASE = "tile_plus_one"  # the first case with several key tiles: a missing barrier between tiles shows there first
 
-
-def _ceil(n, b):
-    return -(-n // b)
 
 
 def _all_nan(p, x):
@@ -61,7 +59,7 @@ exercise(
     outputs=OUTPUTS,
     reference=_forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     cases=CASES,
     race_check=True,
@@ -105,7 +103,7 @@ exercise(
     outputs=OUTPUTS,
     reference=_forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, FA2_BR), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, FA2_BR), p.H, p.B),
     block=lambda p: (FA2_BC, FA2_BR),
     shared_mem=lambda p: 4 * (2 * FA2_BR * p.d + 2 * FA2_BC * p.d + FA2_BR * FA2_BC + 2 * FA2_BR),
     cases=CASES,

@@ -3,6 +3,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
 from ._attention import OUTPUTS, forward_with_mask, qkv, scale_of
 
 MODULE = "05_masking"
@@ -10,9 +11,6 @@ F32 = np.float32
 ROWS_PER_BLOCK = 64
 BC = 32
 
-
-def _ceil(n, b):
-    return -(-n // b)
 
 
 def _as_dict(ol):
@@ -45,7 +43,7 @@ exercise(
     outputs=OUTPUTS,
     reference=_causal_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
     cases=[
@@ -65,8 +63,8 @@ exercise(
                 lambda p, x: _masked(p, x, j_(p.N) < i_(p.N))),
         Mistake("no causal mask", "query i must not see keys j > i: set those scores to -INFINITY.",
                 lambda p, x: _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p))))),
-        Mistake("diagonal tiles skipped", f"a row block must still process the key tiles that cross the diagonal "
-                f"(keys up to its last row), masking inside them; only tiles entirely above it can be skipped.",
+        Mistake("diagonal tiles skipped", "a row block must still process the key tiles that cross the diagonal "
+                "(keys up to its last row), masking inside them; only tiles entirely above it can be skipped.",
                 lambda p, x: _masked(p, x, (j_(p.N) <= i_(p.N)) & (j_(p.N) < (i_(p.N) // ROWS_PER_BLOCK) * ROWS_PER_BLOCK))),
         Mistake("upper tiles not masked", "tiles are skipped only when entirely above the diagonal; inside the tiles "
                 "that cross it, keys j > i still need the mask.",
@@ -134,7 +132,7 @@ exercise(
     outputs=OUTPUTS,
     reference=_padded_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.key_lengths, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
     cases=[

@@ -3,6 +3,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
 from ._attention import qkv, scale_of
 
 MODULE = "06_backward"
@@ -10,9 +11,6 @@ F32 = np.float32
 ROWS_PER_BLOCK = 64  # one thread per key row (dK/dV) or query row (dQ)
 TILE = 32  # the tile of the other side staged in shared memory
 
-
-def _ceil(n, b):
-    return -(-n // b)
 
 
 def _inputs(p, rng):
@@ -115,7 +113,7 @@ exercise(
     outputs=dict(D=lambda p: ((p.B, p.H, p.N), F32)),
     reference=lambda p, x: dict(D=ref.backward_preprocess(x["O"], x["dO"])),
     args=lambda p, a: (a.O, a.dO, a.D, np.int32(p.B * p.H * p.N), np.int32(p.d)),
-    grid=lambda p: _ceil(p.B * p.H * p.N, 128),
+    grid=lambda p: ceil_div(p.B * p.H * p.N, 128),
     block=lambda p: 128,
     cases=GRAD_CASES,
     mistakes=[
@@ -139,7 +137,7 @@ exercise(
     outputs=dict(dK=lambda p: ((p.B, p.H, p.N, p.d), F32), dV=lambda p: ((p.B, p.H, p.N, p.d), F32)),
     reference=lambda p, x: _pick(_grads(p, x), "dK", "dV"),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dK, a.dV, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
     cases=GRAD_CASES,
@@ -159,7 +157,7 @@ exercise(
     outputs=dict(dQ=lambda p: ((p.B, p.H, p.N, p.d), F32)),
     reference=lambda p, x: _pick(_grads(p, x), "dQ"),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dQ, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
     cases=GRAD_CASES,
@@ -180,7 +178,7 @@ exercise(
     zeroed=("dQ",),
     reference=lambda p, x: _grads(p, x),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dK, a.dV, a.dQ, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
     cases=GRAD_CASES,
@@ -199,7 +197,7 @@ exercise(
     outputs=dict(dK=lambda p: ((p.B, p.H, p.N, p.d), F32), dV=lambda p: ((p.B, p.H, p.N, p.d), F32)),
     reference=lambda p, x: _pick(_grads(p, x), "dK", "dV"),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dK, a.dV, np.int32(p.N), np.int32(p.d), scale_of(p)),
-    grid=lambda p: (_ceil(p.N, ROWS_PER_BLOCK), p.H, p.B),
+    grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
     cases=[case(c.name, seed=c.seed, causal=True, **c.params) if not c.hidden else

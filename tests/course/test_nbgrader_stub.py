@@ -1,5 +1,4 @@
 """Unit tests of the course's nbgrader preprocessors and of how nbgrader_config.py wires them."""
-import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from traitlets.config.loader import PyFileConfigLoader
