@@ -5,34 +5,22 @@ N_ELEMS, ROWS or COLS redraws the pictures consistently. Output: PNGs in img/.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-import matplotlib
+# figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, ceil_div, despine, saver  # noqa: E402
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
-DPI = 110
+save = saver(IMG)
 
-IN_RANGE = "#4C72B0"
-OUT_RANGE = "#D9D9D9"
-HIGHLIGHT = "#DD8452"
-GOOD = "#55A868"
-BAD = "#C44E52"
-
-
-def ceil_div(n: int, b: int) -> int:
-    return (n + b - 1) // b
-
-
-def save(fig, name: str) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    # No "Software" metadata: the PNG bytes then depend only on what is drawn.
-    fig.savefig(IMG / name, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
+IN_RANGE, OUT_RANGE, HIGHLIGHT, GOOD, BAD = BLUE, GREY, ORANGE, GREEN, RED
 
 
 # --------------------------------------------------------------------------- 1-D grid
@@ -97,7 +85,7 @@ def fig_row_scale_grid() -> None:
     inside = np.zeros((H, W))
     inside[:ROWS, :COLS] = 1
     fig, ax = plt.subplots(figsize=(9.4, 4.6))
-    cmap = matplotlib.colors.ListedColormap([OUT_RANGE, "#AFC3E3"])
+    cmap = ListedColormap([OUT_RANGE, "#AFC3E3"])
     ax.pcolormesh(np.arange(W + 1), np.arange(H + 1), inside, cmap=cmap, vmin=0, vmax=1)
     for c in range(W + 1):
         ax.plot([c, c], [0, H], color="white", lw=0.3)
@@ -130,8 +118,7 @@ def fig_row_scale_grid() -> None:
     ax.set_yticks(np.arange(0, H + 1, TB))
     ax.set_xlabel("column c  (threadIdx.x, blockIdx.x)")
     ax.set_ylabel("row r  (threadIdx.y, blockIdx.y)")
-    for s in ("top", "right"):
-        ax.spines[s].set_visible(False)
+    despine(ax)
     ax.set_title("row_scale: a 2-D grid of 16×16 blocks laid over a 40×70 matrix; labels are (blockIdx.x, blockIdx.y)", fontsize=10)
     fig.tight_layout()
     save(fig, "row_scale_grid.png")
@@ -223,7 +210,7 @@ def fig_memory_hierarchy() -> None:
     ]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.4, 3.9), gridspec_kw=dict(width_ratios=[1.6, 1]))
     y = np.arange(len(levels))[::-1]
-    colors = [GOOD, GOOD, "#8172B3", IN_RANGE]
+    colors = [GOOD, GOOD, PURPLE, IN_RANGE]
     a1.barh(y, [lv[1] for lv in levels], color=colors)
     a1.set_xscale("log")
     a1.set_yticks(y, [lv[0] for lv in levels], fontsize=9)
@@ -240,8 +227,7 @@ def fig_memory_hierarchy() -> None:
     a2.set_ylim(0, SMEM_BW / 1e12 * 1.18)
     a2.set_title(f"Bandwidth: on-chip ≈ {SMEM_BW / HBM_BW:.0f}× HBM", fontsize=10)
     for a in (a1, a2):
-        for s in ("top", "right"):
-            a.spines[s].set_visible(False)
+        despine(a)
     fig.text(0.01, 0.01, "Shared-memory bandwidth = 132 SMs × 128 B/clock × 1.98 GHz. "
              "Small and fast on chip, large and slower off chip: every later module is about moving less data across that line.",
              fontsize=8, color="#444")

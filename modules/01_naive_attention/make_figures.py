@@ -5,34 +5,23 @@ numbers. Output: PNGs in img/.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-import matplotlib
+# figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from figstyle import BLUE, GREEN, ORANGE, PURPLE, RED, despine, saver  # noqa: E402
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
-DPI = 110
-
-BLUE = "#4C72B0"
-ORANGE = "#DD8452"
-GREEN = "#55A868"
-RED = "#C44E52"
-PURPLE = "#8172B3"
-GREY = "#D9D9D9"
+save = saver(IMG)
 
 FLOAT = 4  # bytes
 GiB = 2**30
 MiB = 2**20
-
-
-def save(fig, name: str) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / name, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- traffic model
@@ -171,8 +160,7 @@ def fig_traffic() -> None:
     ax.set_title(f"Global traffic, N = {N}, d = {d}, B·H = {BH}, fp32: {tot1 / GiB:.2f} GiB "
                  f"({tot3 / GiB:.2f} with a 3-pass softmax);\nQ, K, V and O alone are {io / MiB:.0f} MiB", fontsize=10)
     ax.set_xlim(0, 9.0)
-    for s in ("top", "right"):
-        ax.spines[s].set_visible(False)
+    despine(ax)
     fig.tight_layout()
     save(fig, "traffic.png")
 

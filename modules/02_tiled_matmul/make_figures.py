@@ -6,35 +6,21 @@ the script stops if they disagree. Output: PNGs in img/.
 """
 from __future__ import annotations
 
+import sys
 from itertools import product
 from pathlib import Path
 
-import matplotlib
+# figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from figstyle import BLUE, GREEN, GREY, LIGHT, ORANGE, RED, ceil_div, despine, saver  # noqa: E402
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
-DPI = 110
-
-BLUE = "#4C72B0"
-ORANGE = "#DD8452"
-GREEN = "#55A868"
-RED = "#C44E52"
-PURPLE = "#8172B3"
-GREY = "#D9D9D9"
-
-
-def save(fig, name: str) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / name, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
-
-
-def ceil_div(n: int, b: int) -> int:
-    return (n + b - 1) // b
+save = saver(IMG)
 
 
 # --------------------------------------------------------------------------- load counts
@@ -198,8 +184,7 @@ def fig_sync_race() -> None:
         ax.set_ylim(-0.6, 1.6)
         ax.set_title(title + ("" if conflict else ": every warp finishes a step before any warp starts the next"),
                      fontsize=10, loc="left", color=RED if conflict else "black")
-        for s in ("top", "right"):
-            ax.spines[s].set_visible(False)
+        despine(ax)
     axes[-1].set_xlim(0, 16)
     axes[-1].set_xticks([])
     axes[-1].set_xlabel("time →   (black lines: __syncthreads; blue: store into the shared tile; green: read from it; grey: waiting)",
@@ -220,7 +205,7 @@ def fig_boundary() -> None:
         img = np.zeros((W, W))
         img[:n, :n] = 1
         ax.pcolormesh(np.arange(W + 1), np.arange(W + 1), img,
-                      cmap=matplotlib.colors.ListedColormap([GREY, "#AFC3E3"]), vmin=0, vmax=1)
+                      cmap=ListedColormap([GREY, "#AFC3E3"]), vmin=0, vmax=1)
         for i in range(g + 1):
             ax.plot([i * T, i * T], [0, W], color="black", lw=0.8)
             ax.plot([0, W], [i * T, i * T], color="black", lw=0.8)
@@ -252,7 +237,7 @@ def fig_free_transpose() -> None:
         for r in range(rows):
             for c in range(cols):
                 o = off(r, c)
-                fc = ORANGE if (r, c) == hl else ("#DCE6F4" if (o // d) % 2 == 0 else "#F4F4F4")
+                fc = ORANGE if (r, c) == hl else (LIGHT if (o // d) % 2 == 0 else "#F4F4F4")
                 ax.add_patch(Rectangle((c, r), 1, 1, fc=fc, ec="#888"))
                 ax.text(c + 0.5, r + 0.5, str(o), ha="center", va="center", fontsize=9)
         ax.set_xlim(0, cols)
@@ -266,7 +251,7 @@ def fig_free_transpose() -> None:
     draw(a1, N, d, lambda j, k: j * d + k, f"K as stored: N×d = {N}×{d}, row-major\nK[j][k] at offset j·d + k", (hj, hk))
     a1.set_xlabel("k  (head dim)")
     a1.set_ylabel("j  (key index)")
-    draw(a2, d, N, lambda k, j: j * d + k, f"Kᵀ read in place: d×N, no copy\nKᵀ[k][j] at offset j·d + k  (stride d along a row)", (hk, hj))
+    draw(a2, d, N, lambda k, j: j * d + k, "Kᵀ read in place: d×N, no copy\nKᵀ[k][j] at offset j·d + k  (stride d along a row)", (hk, hj))
     a2.set_xlabel("j")
     a2.set_ylabel("k")
     fig.text(0.5, 0.02, f"Numbers are memory offsets. The orange cell is one float: K[{hj}][{hk}] = Kᵀ[{hk}][{hj}] "

@@ -6,33 +6,21 @@ checked against a two-pass softmax before anything is drawn. Output: PNGs in img
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
-import matplotlib
+# figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from figstyle import BLUE, GREEN, GREY, LIGHT, ORANGE, PURPLE, RED, saver  # noqa: E402
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
-DPI = 110
-
-BLUE = "#4C72B0"
-ORANGE = "#DD8452"
-GREEN = "#55A868"
-RED = "#C44E52"
-PURPLE = "#8172B3"
-GREY = "#D9D9D9"
+save = saver(IMG)
 
 WORKED = np.array([2.0, 1.0, 4.0, 3.0, 0.5, 6.0, 5.0, 1.5])  # the README's worked example
-
-
-def save(fig, name: str, tight: bool = False) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    extra = dict(bbox_inches="tight", pad_inches=0.08) if tight else {}
-    fig.savefig(IMG / name, dpi=DPI, metadata={"Software": None}, **extra)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- the algebra
@@ -146,7 +134,7 @@ def fig_butterfly() -> None:
     for c, col in enumerate(cols):
         for i in range(lanes):
             done = c == len(cols) - 1
-            ax.add_patch(plt.Circle((xs[c], -i), 0.33, fc=GREEN if done else "#DCE6F4", ec="#333"))
+            ax.add_patch(plt.Circle((xs[c], -i), 0.33, fc=GREEN if done else LIGHT, ec="#333"))
             ax.text(xs[c], -i, str(col[i]), ha="center", va="center", fontsize=10)
     for i in range(lanes):
         ax.text(xs[0] - 0.7, -i, f"lane {i}", ha="right", va="center", fontsize=9)
@@ -191,7 +179,7 @@ def fig_merge_tree() -> None:
     lx = [0, 2.3, 4.6, 6.9, 9.2]
     for cx, nm, c, s in zip(lx, names, chunks, leaves):
         title = f"{nm}: [" + ", ".join(f"{v:g}" for v in c) + "]" if len(c) else nm
-        node(cx, 0, title, s, "#DCE6F4" if len(c) else GREY)
+        node(cx, 0, title, s, LIGHT if len(c) else GREY)
     p_ab, p_cd, p_all, p_fin = (1.15, 2), (5.75, 2), (3.45, 4), (6.3, 5.6)
     node(*p_ab, "A ⊕ B", ab)
     node(*p_cd, "C ⊕ D", cd)

@@ -6,39 +6,23 @@ other) before drawing. Output: PNGs in img/.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-import matplotlib
+# figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, ceil_div, saver  # noqa: E402
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
-DPI = 110
-
-BLUE = "#4C72B0"
-ORANGE = "#DD8452"
-GREEN = "#55A868"
-RED = "#C44E52"
-PURPLE = "#8172B3"
-GREY = "#D9D9D9"
-LIGHT = "#DCE6F4"
+save = saver(IMG)
 
 FLOAT = 4  # bytes
 MiB = 2**20
 KiB = 2**10
-
-
-def save(fig, name: str) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / name, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
-
-
-def ceil_div(n: int, b: int) -> int:
-    return -(-n // b)
 
 
 # --------------------------------------------------------------------------- the worked example
@@ -372,7 +356,7 @@ def main() -> None:
     self_check()
     for f in FIGURES:
         f()
-    if "-v" in __import__("sys").argv:
+    if "-v" in sys.argv:
         print_numbers()
     print(f"module 04: wrote {len(FIGURES)} figures to {IMG}")
 

@@ -9,33 +9,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import matplotlib
+# figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from figstyle import BLUE, GREEN, ORANGE, PURPLE, RED, ceil_div, saver  # noqa: E402
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
-DPI = 110
-
-BLUE = "#4C72B0"
-ORANGE = "#DD8452"
-GREEN = "#55A868"
-RED = "#C44E52"
-PURPLE = "#8172B3"
-GREY = "#D9D9D9"
-
-
-def save(fig, name: str) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / name, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
-
-
-def ceil_div(n: int, b: int) -> int:
-    return -(-n // b)
+save = saver(IMG)
 
 
 # --------------------------------------------------------------------------- tile bookkeeping

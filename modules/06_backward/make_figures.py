@@ -9,22 +9,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import matplotlib
+# figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from figstyle import BLUE, GREY, ORANGE, RED, saver  # noqa: E402
 
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
-DPI = 110
-
-BLUE = "#4C72B0"
-ORANGE = "#DD8452"
-GREEN = "#55A868"
-RED = "#C44E52"
-PURPLE = "#8172B3"
-GREY = "#D9D9D9"
+save = saver(IMG)
 
 FLOAT = 4
 GiB = 2**30
@@ -35,12 +29,6 @@ Q_EX = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 K_EX = np.array([[1.0, 2.0], [0.0, 1.0], [-1.0, 0.0]])
 V_EX = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
 DO_EX = np.array([[1.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
-
-
-def save(fig, name: str) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMG / name, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- the maths
