@@ -92,7 +92,6 @@ class Exercise:
     race_check: bool = False  # run one case under the race detector (and a second schedule) on the emulator
     race_case: str | None = None  # default: the last visible case, usually the largest (a barrier race needs several tiles)
     options: tuple = ()
-    description: str = ""
 
     def visible_cases(self):
         return [c for c in self.cases if not c.hidden]

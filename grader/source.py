@@ -12,8 +12,17 @@ INCLUDE_DIR = Path(__file__).parent / "include"
 FILE_NAME = "kernel.cu"
 
 
+_STUDENT_START = f'#line 1 "{FILE_NAME}"\n'
+
+
 def translation_unit(code: str) -> str:
-    return f'#include "course.cuh"\n#line 1 "{FILE_NAME}"\n{code}'
+    return f'#include "course.cuh"\n{_STUDENT_START}{code}'
+
+
+def student_code(source: str) -> str:
+    """The student's code back out of a translation unit (the inverse of the above)."""
+    at = source.find(_STUDENT_START)
+    return source[at + len(_STUDENT_START):] if at >= 0 else source
 
 
 # NVRTC: "kernel.cu(12): error: ..."; gcc/clang: "kernel.cu:12:5: error: ..."

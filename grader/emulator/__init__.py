@@ -73,9 +73,9 @@ from ..errors import (
     RaceConditionError,
 )
 from ..signature import Signature
-from ..source import format_compile_log
+from ..source import format_compile_log, student_code, translation_unit
 from . import _toolchain, _worker
-from ._build import Library, build, student_code, translation_unit
+from ._build import Library, build
 from ._toolchain import available, fiber_backend
 
 __all__ = [

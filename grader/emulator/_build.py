@@ -13,23 +13,11 @@ from pathlib import Path
 
 from ..errors import CompileError, KernelSourceError
 from ..signature import kernel_names, parse_signature, strip_comments
+from ..source import FILE_NAME as STUDENT_FILE
+from ..source import student_code
 from . import _toolchain as tc
 
-STUDENT_FILE = "kernel.cu"
-PRELUDE = f'#include "course.cuh"\n#line 1 "{STUDENT_FILE}"\n'
 _GENERATED_FILE = "<emulator>"
-
-
-def translation_unit(code: str) -> str:
-    """The complete source the runtime compiles: the course prelude, then the student's code,
-    numbered from line 1 so diagnostics name the student's lines."""
-    return PRELUDE + code
-
-
-def student_code(source: str) -> str:
-    marker = f'#line 1 "{STUDENT_FILE}"\n'
-    at = source.find(marker)
-    return source[at + len(marker):] if at >= 0 else source
 
 
 # ----------------------------------------------------------------------------- rewrites
