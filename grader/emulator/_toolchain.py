@@ -163,7 +163,7 @@ def launcher(backend: str) -> Path:
     cmd = [
         require_gxx(), "-std=c++20", "-O2", "-g", "-pthread", "-rdynamic", f"-iquote{EMU_INCLUDE}",
         f"-DEMU_FIBERS_BOOST={1 if backend == 'boost' else 0}",
-        str(EMU_SRC / "launcher.cpp"), "-o", str(tmp / "emu-launcher"), "-ldl",
+        f"-iquote{EMU_SRC}", *sorted(str(f) for f in EMU_SRC.glob("*.cpp")), "-o", str(tmp / "emu-launcher"), "-ldl",
     ]
     if backend == "boost":
         cmd.append("-lboost_context")

@@ -15,3 +15,7 @@
 
 // Number of tiles of size b needed to cover n elements: ceil_div(129, 128) == 2.
 __host__ __device__ __forceinline__ int ceil_div(int n, int b) { return (n + b - 1) / b; }
+
+// The performance track's primitives, one spelling on the GPU (inline PTX) and the emulator.
+#include "course_tensor.cuh"  // mma.sync and ldmatrix
+#include "course_async.cuh"   // cp.async and its groups

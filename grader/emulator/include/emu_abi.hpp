@@ -47,6 +47,7 @@ enum WarpOp : int {
     kReduceOr,
     kReduceXor,
     kMatchAny,
+    kExchange,  // emu_warp_exchange: mma, ldmatrix, WMMA (the name comes with the call)
     kWarpOpCount
 };
 
@@ -70,4 +71,35 @@ void emu_yield(void);
 int emu_printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // IO accounting for atomics, which the compiler's load/store tracing does not see.
 void emu_io_rmw(const void* addr, unsigned size);
+
+// A warp collective that moves more than one value per lane (mma.sync, ldmatrix, WMMA). Every
+// lane named in `mask` calls it with pointers to its own input and output (on its fiber's stack,
+// which stays put while it waits). When the last lane arrives, `combine` runs once, given the 32
+// lanes' pointers (null for lanes outside the mask), then all lanes continue together. A lane
+// that never arrives is a deadlock naming `what` and the lines; lanes that meet at collectives of
+// different `what` are an error too.
+typedef void (*emu_combine_fn)(const void* const* in, void* const* out, unsigned mask, const void* ctx);
+void emu_warp_exchange(int line, const char* what, unsigned mask, const void* in, void* out, emu_combine_fn combine,
+                       const void* ctx);
+
+// Where memory lies: 1 if all of [p, p+n) is in this block's shared memory (static __shared__ or
+// the launch's dynamic shared memory), or in one array argument of the launch; else 0.
+int emu_in_shared(const void* p, unsigned long n);
+int emu_in_global(const void* p, unsigned long n);
+
+// A misuse of a primitive that a GPU would fault on or silently get wrong (misaligned address,
+// ldmatrix row outside shared memory, ...): reported with the calling thread, block and `line`,
+// the message as given. Never returns.
+[[noreturn]] void emu_usage_error(int line, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// cp.async: the copy is deferred. At issue the source is read (bounds-checked) and the
+// destination (shared memory) is marked in flight: poisoned (0xFF bytes) in the normal build, and
+// in the traced build any access to it before it retires is reported. emu_cp_async_commit closes
+// the thread's current group; emu_cp_async_wait(n) retires every committed group but the newest
+// n, writing their data; emu_cp_async_wait_all() commits, then waits for all. `src_bytes` below
+// `bytes` zero-fills the rest (the "ignore-src" / src-size form); 0 reads nothing.
+void emu_cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes, int line);
+void emu_cp_async_commit(int line);
+void emu_cp_async_wait(int pending, int line);
+void emu_cp_async_wait_all(int line);
 }

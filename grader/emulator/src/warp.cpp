@@ -1,0 +1,142 @@
+// warp.cpp: warp collectives: shuffles, votes, reductions, __syncwarp, and the exchange mma.sync,
+// ldmatrix and WMMA are built on.
+#include "launcher.hpp"
+
+namespace launcher {
+
+const char* warp_op_name(int op) {
+    static const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                                  "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp",
+                                  "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync",
+                                  "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
+                                  "__match_any_sync"};
+    op &= 0xff;
+    return op < emu::kWarpOpCount ? names[op] : "warp collective";
+}
+
+}  // namespace launcher
+
+extern "C" {
+
+using namespace launcher;
+
+unsigned emu_activemask(void) {
+    Worker* w = t_worker;
+    Fiber* f = cur_fiber();
+    int base = int(f->linear) & ~31;
+    unsigned m = 0;
+    for (int j = 0; j < 32 && base + j < w->threads; ++j)
+        if (w->fibers[base + j].state != kDone) m |= 1u << j;
+    return m;
+}
+
+uint64_t emu_warp(int op, int line, unsigned mask, uint64_t bits, int arg, int width) {
+    Worker* w = t_worker;
+    Fiber* f = cur_fiber();
+    const int lane = int(f->linear) & 31;
+    const int base = int(f->linear) - lane;
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        report(kOther, line, "%s: width %d must be a power of two from 1 to 32", warp_op_name(op), width);
+    if (!(mask >> lane & 1))
+        report(kBarrier, line, "lane %d calls %s with mask 0x%08x, which does not include the lane itself; "
+               "the mask must name every lane that calls it (often FULL_MASK / 0xffffffff)", lane, warp_op_name(op), mask);
+    for (int j = 0; j < 32; ++j) {
+        if (!(mask >> j & 1)) continue;
+        if (base + j >= w->threads)
+            report(kBarrier, line, "%s: mask 0x%08x names lane %d, but this warp has only %d threads (the block has "
+                   "%d threads, not a multiple of 32). Lanes that do not exist never arrive: use "
+                   "__activemask() or a mask of the existing lanes.",
+                   warp_op_name(op), mask, j, w->threads - base, w->threads);
+        const Fiber& o = w->fibers[base + j];
+        if (o.state == kDone)
+            report(kBarrier, line, "%s(mask 0x%08x) on line %d waits for lane %d (thread %s), which has already "
+                   "finished: every lane in the mask must call the collective. Do not return early before a warp "
+                   "shuffle; keep all lanes in the loop and guard only the loads and stores.",
+                   warp_op_name(op), mask, line, j, thread_name(w, base + j).c_str());
+    }
+    f->state = kWaitWarp;
+    f->op = op;
+    f->line = line;
+    f->mask = mask;
+    f->val = bits;
+    f->arg = arg;
+    f->width = width;
+    for (int j = 0; j < 32; ++j) {
+        if (!(mask >> j & 1)) continue;
+        const Fiber& o = w->fibers[base + j];
+        if (o.state != kWaitWarp || o.mask != mask) {
+            fiber_yield(w);
+            return f->result;
+        }
+    }
+    // Every lane of the mask is here: compute each lane's result and wake them.
+    const int kind = op & 0xff;
+    const bool is_signed = op & 0x100;
+    for (int j = 0; j < 32; ++j) {
+        if (!(mask >> j & 1)) continue;
+        const Fiber& o = w->fibers[base + j];
+        if ((o.op & 0xff) != kind)
+            report(kBarrier, line, "lanes of one warp meet at different collectives: lane %d at %s (line %d), lane %d at %s (line %d)",
+                   lane, warp_op_name(op), line, j, warp_op_name(o.op), o.line);
+    }
+    uint64_t all = 0, anyv = 0, allv = 1, sum = 0, red_and = ~0ull, red_or = 0, red_xor = 0;
+    int64_t smin = INT64_MAX, smax = INT64_MIN;
+    uint64_t umin = UINT64_MAX, umax = 0;
+    for (int j = 0; j < 32; ++j) {
+        if (!(mask >> j & 1)) continue;
+        uint64_t v = w->fibers[base + j].val;
+        if (v) all |= 1ull << j;
+        anyv |= v != 0;
+        allv &= v != 0;
+        sum += v;
+        red_and &= v, red_or |= v, red_xor ^= v;
+        smin = std::min(smin, int64_t(v)), smax = std::max(smax, int64_t(v));
+        umin = std::min(umin, v), umax = std::max(umax, v);
+    }
+    for (int j = 0; j < 32; ++j) {
+        if (!(mask >> j & 1)) continue;
+        Fiber& o = w->fibers[base + j];
+        const int seg = j & ~(o.width - 1);
+        int src = j;
+        switch (kind) {
+            case emu::kShflIdx: src = seg + (o.arg & (o.width - 1)); break;
+            case emu::kShflUp: src = (j - seg) >= o.arg ? j - o.arg : j; break;
+            case emu::kShflDown: src = (j - seg) + o.arg < o.width ? j + o.arg : j; break;
+            case emu::kShflXor: src = j ^ o.arg; if ((src & ~(o.width - 1)) != seg || src > 31) src = j; break;
+            default: break;
+        }
+        uint64_t r = 0;
+        switch (kind) {
+            case emu::kShflIdx: case emu::kShflUp: case emu::kShflDown: case emu::kShflXor:
+                r = (src >= 0 && src < 32 && (mask >> src & 1)) ? w->fibers[base + src].val : o.val;
+                break;
+            case emu::kBallot: r = all; break;
+            case emu::kAny: r = anyv; break;
+            case emu::kAll: r = allv; break;
+            case emu::kReduceAdd: r = sum; break;
+            case emu::kReduceMin: r = is_signed ? uint64_t(smin) : umin; break;
+            case emu::kReduceMax: r = is_signed ? uint64_t(smax) : umax; break;
+            case emu::kReduceAnd: r = red_and; break;
+            case emu::kReduceOr: r = red_or; break;
+            case emu::kReduceXor: r = red_xor; break;
+            case emu::kMatchAny:
+                for (int k = 0; k < 32; ++k)
+                    if ((mask >> k & 1) && w->fibers[base + k].val == o.val) r |= 1ull << k;
+                break;
+            default: break;
+        }
+        o.result = r;
+        o.state = kReady;
+    }
+    if (t_race) {
+        std::vector<uint32_t>& hist = w->warp_hist[size_t(base >> 5)];
+        hist.push_back(mask);
+        for (int j = 0; j < 32; ++j)
+            if (mask >> j & 1) w->fibers[base + j].wlast = uint32_t(hist.size());
+    }
+    // Like a barrier: the lanes continue together, in schedule order.
+    fiber_yield(w);
+    return f->result;
+}
+
+}  // extern "C"
