@@ -54,6 +54,7 @@ Honest limits:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 import time
@@ -158,6 +159,20 @@ def _time_limit(value: float | None) -> float:
     return float(os.environ.get("GRADER_TIME_LIMIT", DEFAULT_TIME_LIMIT))
 
 
+# Kernels that use vector types, cp.async, ldmatrix or WMMA assume that an array starts at an
+# aligned address, as cudaMalloc's do. Their arrays start at multiples of ARRAY_ALIGN bytes (the
+# largest alignment a primitive needs: WMMA's 256 bits); other kernels' arrays end right at a guard
+# page, so that reading one element past the end faults.
+ARRAY_ALIGN = 32
+_ALIGNMENT_SENSITIVE = re.compile(
+    r"\b(?:u?(?:char|short|int|long|longlong)[234]|float[234]|double[234]|__half2|half2|__nv_bfloat162|"
+    r"nv_bfloat162|reinterpret_cast|cp_async\w*|__pipeline_memcpy_async|ldmatrix\w*|wmma|__ldg)\b|cp\.async")
+
+
+def alignment_sensitive(source: str) -> bool:
+    return bool(_ALIGNMENT_SENSITIVE.search(student_code(source)))
+
+
 class EmulatedKernel:
     def __init__(self, name: str, signature: Signature, source: str, options: tuple, lib: Library):
         self.name = name
@@ -166,6 +181,7 @@ class EmulatedKernel:
         self._options = options
         self._lib = lib
         self._io_lib: Library | None = None
+        self._aligned = alignment_sensitive(source)
         self.static_shared_bytes = int(lib.static_shared.get(name, 0))
 
     def __repr__(self) -> str:
@@ -231,7 +247,7 @@ class EmulatedKernel:
         try:
             worker = _get_worker(backend)
             lib_id = worker.load(str(lib.path))
-            slots = worker.layout(args, align_start=align_start)
+            slots = worker.layout(args, align_start=align_start, align=ARRAY_ALIGN if self._aligned else 1)
             worker.fill(slots, args)
             outcome = worker.run(lib_id, f"emu_entry_{self.name}", grid, block, shared_mem, args, slots,
                                  reverse=reverse, count_io=count_io, time_limit=limit, race=race)
@@ -258,6 +274,12 @@ class EmulatedKernel:
                 p = self.signature.params[s.index]
                 raise OutOfBoundsError(f"{self.name}: the kernel wrote before the start of {p.name} (index < 0).",
                                        kernel=self.name)
+            if worker.canary_after_damaged(s):
+                p = self.signature.params[s.index]
+                raise OutOfBoundsError(
+                    f"{self.name}: the kernel wrote past the end of {p.name} (within the {ARRAY_ALIGN} bytes after "
+                    f"its last element). Check the tail: the last vector or tile must stop at the array's end.",
+                    kernel=self.name)
         outputs = {s.index: worker.view(s).copy() for s in slots if not self.signature.params[s.index].const}
         io = None
         if count_io:
@@ -334,9 +356,12 @@ class EmulatedKernel:
                        f"which has {size} bytes (shared_mem={size})")
             return OutOfBoundsError(f"{self.name}: {msg}{at}.{printed}", **fault)
         if k == _worker.BOUNDS:
+            detail = f" ({o.text})" if o.text else ""
             return OutOfBoundsError(
-                f"{self.name}: {who} indexed a __shared__ or local array past its declared size{at}. "
+                f"{self.name}: {who} indexed a __shared__ or local array past its declared size{detail}{at}. "
                 f"Check the index against the array's dimensions.{printed}", **fault)
+        if k == _worker.USAGE:
+            return KernelFault(f"{self.name}: {who}: {o.text}{at}.{printed}", **fault)
         if k == _worker.STACK:
             return KernelFault(
                 f"{self.name}: {who} overflowed its 256 KiB stack{at}: local arrays too large or "

@@ -287,8 +287,12 @@ def build(source: str, options=(), *, flavor: str = "gcc") -> Library:
     base = [f"-I{tc.EMU_INCLUDE}", f"-I{tc.COURSE_INCLUDE}", *includes, *defines]
     if flavor == "gcc":
         flags = [*tc.GXX_FLAGS, f"-I{tc.EMU_INCLUDE}", f"-I{tc.COURSE_INCLUDE}"]
-        cmd = [compiler, *tc.GXX_FLAGS, *base, *_pch(compiler, flags), "-shared", "tu.cpp", "-o", "lib.so"]
-        steps = [cmd]
+        steps = [
+            [compiler, *tc.GXX_FLAGS, *base, *_pch(compiler, flags), "-c", "tu.cpp", "-o", "tu.o"],
+            # Plain link: with the sanitizer flags g++ would link its runtime, whose handlers would
+            # then compete with the launcher's.
+            [compiler, "-shared", "tu.o", "-o", "lib.so"],
+        ]
     else:
         steps = [
             [compiler, *tc.CLANG_FLAGS, *base, "-include", "emu_runtime.hpp", "-c", "tu.cpp", "-o", "tu.o"],

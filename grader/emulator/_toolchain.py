@@ -23,9 +23,10 @@ _BOOST_HEADER = "boost/context/detail/fcontext.hpp"
 # Flags every kernel library gets.
 # -fno-finite-loops: a spin-wait with no side effects must stay a loop (the time limit catches
 #   it) instead of being deleted.
-# -fsanitize=bounds, trapping: indexing a fixed-size shared or local array out of range executes
-#   ud2, which the launcher reports; no cross-jumping/tail merging, so each check keeps its own
-#   trap instruction and hence its own line.
+# -fsanitize=bounds,alignment: indexing a fixed-size shared or local array out of range, and a
+#   typed access at a misaligned address (a float4 load from x + 1), call handlers the launcher
+#   defines (memory.cpp), which report the line, index or address. The library is linked without
+#   the sanitizer runtime, so the launcher's handlers are the only ones.
 # -fstack-clash-protection: a huge local array touches each stack page in turn, so it faults on
 #   the fiber's guard page instead of silently landing in another fiber's stack.
 # -g1 -gdwarf-4: line tables map a fault's address to the student's line (addr2line 2.40 misreads
@@ -33,16 +34,20 @@ _BOOST_HEADER = "boost/context/detail/fcontext.hpp"
 GXX_FLAGS = (
     "-std=c++20", "-O2", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-plt",
     "-fno-finite-loops", "-fno-strict-aliasing", "-fstack-clash-protection",
-    "-fsanitize=bounds", "-fsanitize-undefined-trap-on-error", "-fno-crossjumping", "-fno-tree-tail-merge",
+    "-fsanitize=bounds,alignment",
     "-fdiagnostics-color=never", "-Wno-unknown-pragmas", "-Wno-attributes",
 )
 # IO accounting: clang calls __sanitizer_cov_load*/store* (defined in the launcher) before every
-# memory access. Bounds checks stay off so that only the kernel's own accesses are traced.
+# memory access. The alignment check stays on (its handler is the launcher's); bounds checks stay
+# off so that only the kernel's own accesses are traced.
+# -fno-vectorize -fno-slp-vectorize: one traced access per access in the source, as a GPU thread
+#   makes it (the memory profiler groups them by warp).
 # -fno-builtin: otherwise clang turns copy and fill loops into memcpy/memset calls, whose
 #   accesses are not traced (FA1's O and Q copies went uncounted).
 CLANG_FLAGS = (
     "-std=c++20", "-O2", "-fno-builtin", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-finite-loops", "-fno-strict-aliasing",
-    "-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-fno-color-diagnostics",
+    "-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-fsanitize=alignment",
+    "-fno-vectorize", "-fno-slp-vectorize", "-fno-color-diagnostics",
     "-Wno-unknown-pragmas", "-Wno-unknown-attributes", "-w",
     "-DEMU_COUNT_IO=1",
 )

@@ -28,7 +28,7 @@ _RECORD = struct.Struct("<10i4Q")  # ErrorRecord up to its text
 _TEXT_BYTES = 8192
 
 # Error kinds (Kind in launcher.cpp).
-SEGV, BOUNDS, FPE, ASSERT, TRAP, BARRIER, TIMEOUT, STACK, BUS, OTHER, SHARED_OOB, RACE = range(1, 13)
+SEGV, BOUNDS, FPE, ASSERT, TRAP, BARRIER, TIMEOUT, STACK, BUS, OTHER, SHARED_OOB, RACE, USAGE = range(1, 14)
 
 
 def default_threads() -> int:
@@ -152,16 +152,18 @@ class Worker:
         self.libs[path] = int(reply.split()[1])
         return self.libs[path]
 
-    def layout(self, args: list, *, align_start: bool) -> list[ArraySlot]:
+    def layout(self, args: list, *, align_start: bool, align: int = 1) -> list[ArraySlot]:
         """Place every array argument in its own page-rounded region. By default the data ends at
         the region's end, so the next byte is in a guard gap in the worker; ``align_start`` puts
-        it at the start instead, so the byte before it is guarded."""
+        it at the start instead, so the byte before it is guarded. ``align`` > 1 keeps each start
+        a multiple of ``align`` bytes, as cudaMalloc's are (vector loads and cp.async rely on it):
+        the data then ends up to ``align`` - 1 bytes before the guard gap, in canary bytes."""
         slots, off = [], self.arena_off
         for i, a in enumerate(args):
             if not isinstance(a, np.ndarray):
                 continue
             span = -(-a.nbytes // PAGE) * PAGE
-            inner = 0 if align_start else span - a.nbytes
+            inner = 0 if align_start else (span - a.nbytes) // align * align
             slots.append(ArraySlot(i, off, span, inner, a.nbytes))
             off += span
         if off > self.size:
@@ -190,6 +192,11 @@ class Worker:
     def canary_damaged(self, slot: ArraySlot) -> bool:
         before = self.mm[slot.file_off:slot.file_off + slot.inner]
         return before.count(b"\xff") != len(before)
+
+    def canary_after_damaged(self, slot: ArraySlot) -> bool:
+        """Whether the bytes between the array's end and its region's end were written."""
+        after = self.mm[slot.file_off + slot.inner + slot.nbytes:slot.file_off + slot.span]
+        return after.count(b"\xff") != len(after)
 
     def run(self, lib: int, entry: str, grid, block, shared_mem: int, args: list, slots: list[ArraySlot],
             *, reverse: bool, count_io: bool, time_limit: float, race: bool = False) -> Outcome:

@@ -5,6 +5,7 @@ namespace launcher {
 
 void fiber_body(Worker* w, Fiber* f) {
     g_launch.entry(g_launch.argv);
+    async_thread_done(w, f);
     f->state = kDone;
     w->live--;
 }
@@ -102,7 +103,7 @@ std::string thread_ranges(const Worker* w, const std::vector<int>& ids) {
 std::string where_waiting(const Fiber& f) {
     char buf[128];
     if (f.state == kWaitBarrier) snprintf(buf, sizeof buf, "wait at __syncthreads() on line %d", f.line);
-    else if (f.state == kWaitWarp) snprintf(buf, sizeof buf, "wait at %s(mask 0x%08x) on line %d", warp_op_name(f.op), f.mask, f.line);
+    else if (f.state == kWaitWarp) snprintf(buf, sizeof buf, "wait at %s(mask 0x%08x) on line %d", collective_name(f), f.mask, f.line);
     else if (f.state == kDone) snprintf(buf, sizeof buf, "have finished (returned)");
     else snprintf(buf, sizeof buf, "are runnable");
     return buf;
@@ -166,6 +167,7 @@ void run_block(Worker* w, uint64_t linear) {
         f.wlast = 0;
         fiber_init(w, &f);
     }
+    async_block_begin(w);
     w->live = n;
     w->arrived = 0;
     while (w->live > 0) {

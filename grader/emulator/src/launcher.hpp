@@ -51,6 +51,7 @@ enum Kind : int32_t {
     kOther = 10,
     kSharedOob = 11,
     kRace = 12,
+    kUsage = 13,  // a primitive used in a way a GPU faults on or gets wrong: the text is the whole message
 };
 
 struct ErrorRecord {
@@ -86,6 +87,13 @@ struct Fiber : emu::FiberHead {
     uint64_t val;
     uint64_t result;
     uint32_t wlast;  // race mode: number of the last warp collective this lane completed
+    // emu_warp_exchange: this lane's operands and the collective's name (the op is kExchange)
+    const void* xin;
+    void* xout;
+    const char* xwhat;
+    emu_combine_fn xfn;
+    const void* xctx;
+    struct AsyncCopies* async;  // async.cpp: this thread's cp.async copies not yet retired
     char* guard;  // lowest page of this fiber's stack, PROT_NONE
 #if EMU_FIBERS_BOOST
     bctx::fcontext_t ctx;
@@ -160,6 +168,10 @@ struct Worker {
     size_t sshadow_bytes = 0;
     uintptr_t tls_base = 0;  // tls_lo rounded down to 4 bytes
     size_t tls_words = 0, dyn_words = 0;
+    // async.cpp: copies in flight in this block (the traced build checks accesses against them)
+    int async_inflight = 0;
+    // profile.cpp: the memory profiler's per-warp records (set while profiling)
+    struct Profile* prof = nullptr;
 };
 
 extern int g_proto_fd;
@@ -222,6 +234,7 @@ void* worker_main(void* arg);
 
 // warp.cpp: warp collectives
 const char* warp_op_name(int op);
+const char* collective_name(const Fiber& f);  // what a lane waiting at a warp collective waits at
 
 // memory.cpp: shared memory of a block
 void poison_shared(Worker* w);
@@ -230,6 +243,15 @@ void bind_dynamic_shared(Worker* w, size_t bytes);
 
 // trace.cpp: IO counting and race detection in the traced (clang) build
 void* map_zeroed(size_t bytes);
+
+// async.cpp: cp.async (see emu_abi.hpp)
+void async_block_begin(Worker* w);  // before a block's threads start
+void async_thread_done(Worker* w, Fiber* f);  // a thread returned: what it still has in flight lands
+void async_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret);  // traced build
+
+// profile.cpp: the memory profiler (traced build)
+extern thread_local Worker* t_prof;  // set while profiling
+void prof_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret);
 
 // main.cpp: the command loop
 void reply(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -52,3 +52,97 @@ void bind_dynamic_shared(Worker* w, size_t bytes) {
 }
 
 }  // namespace launcher
+
+extern "C" {
+
+using namespace launcher;
+
+int emu_in_shared(const void* p, unsigned long n) {
+    const Worker* w = t_worker;
+    const uintptr_t a = uintptr_t(p);
+    if (!w) return 0;
+    if (a - uintptr_t(w->tls_lo) < w->tls_len && a + n - uintptr_t(w->tls_lo) <= w->tls_len) return 1;
+    return a - uintptr_t(emu_ctx.dyn_smem) < w->dyn_len && a + n - uintptr_t(emu_ctx.dyn_smem) <= w->dyn_len;
+}
+
+int emu_in_global(const void* p, unsigned long n) {
+    const Launch& L = g_launch;
+    const uintptr_t a = uintptr_t(p);
+    for (int i = 0; i < L.nargs; ++i)
+        if (a - L.arg_lo[i] < L.arg_len[i] && a + n - L.arg_lo[i] <= L.arg_len[i]) return 1;
+    return 0;
+}
+
+// -fsanitize=alignment calls this (GCC's and clang's ABI) when a typed access uses an address
+// that is not a multiple of the type's alignment: a float4 load from x + 1, say. A GPU faults
+// with "misaligned address" there. The launch's arrays stand for cudaMalloc'd memory, whose start
+// is aligned on a GPU, so inside an array only the offset from its start counts.
+struct UbsanLocation {
+    const char* file;
+    uint32_t line, column;
+};
+struct UbsanType {
+    uint16_t kind, info;
+    char name[1];
+};
+struct UbsanMismatch {
+    UbsanLocation loc;
+    const UbsanType* type;
+    unsigned char log_alignment;
+    unsigned char check_kind;
+};
+
+__attribute__((visibility("default"))) void __ubsan_handle_type_mismatch_v1(UbsanMismatch* d, uintptr_t p) {
+    if (!p) return;  // null pointers fault by themselves, with the usual report
+    const uintptr_t align = uintptr_t(1) << d->log_alignment;
+    const Launch& L = g_launch;
+    const char* where = "";
+    uintptr_t off = p;
+    for (int i = 0; i < L.nargs; ++i)
+        if (p - L.arg_lo[i] < L.arg_len[i]) {
+            off = p - L.arg_lo[i];
+            where = " (counted from the start of the array, which is aligned as cudaMalloc's are)";
+            break;
+        }
+    if (off % align == 0) return;
+    emu_usage_error(int(d->loc.line),
+                    "misaligned address: an access to a %s at address 0x%lx, which is not a multiple of %lu bytes%s. A GPU "
+                    "stops the kernel with 'misaligned address' here. A %lu-byte access (float4, int4, a half2 pair, "
+                    "...) must start at a multiple of %lu bytes: index vectors as whole units (v[i] of a float4 "
+                    "pointer), not from an arbitrary element.",
+                    d->type->name, (unsigned long)p, (unsigned long)align, where, (unsigned long)align,
+                    (unsigned long)align);
+}
+// -fsanitize=bounds calls this when a fixed-size array (a __shared__ tile, a local array) is
+// indexed outside its declared size.
+struct UbsanOutOfBounds {
+    UbsanLocation loc;
+    const UbsanType* array;
+    const UbsanType* index;
+};
+
+__attribute__((visibility("default"))) void __ubsan_handle_out_of_bounds(UbsanOutOfBounds* d, uintptr_t index) {
+    claim_report();
+    fill_location(g_err);
+    g_err->kind = kBounds;
+    g_err->line = int(d->loc.line);
+    // The index type's low info bit says signed; its width is 2^(info >> 1) bits.
+    const bool is_signed = d->index->info & 1;
+    const unsigned bits = 1u << (d->index->info >> 1);
+    long long value = (long long)index;
+    if (is_signed && bits < 64) value = (long long)(index << (64 - bits)) >> (64 - bits);
+    if (is_signed)
+        snprintf(g_err->text, sizeof g_err->text, "index %lld into %s", value, d->array->name);
+    else
+        snprintf(g_err->text, sizeof g_err->text, "index %llu into %s", (unsigned long long)index, d->array->name);
+    finish_report();
+}
+__attribute__((visibility("default"))) void __ubsan_handle_out_of_bounds_abort(UbsanOutOfBounds* d, uintptr_t index) {
+    __ubsan_handle_out_of_bounds(d, index);
+}
+
+__attribute__((visibility("default"))) void __ubsan_handle_type_mismatch_v1_abort(UbsanMismatch* d, uintptr_t p) {
+    __ubsan_handle_type_mismatch_v1(d, p);
+}
+
+}  // extern "C"

@@ -177,3 +177,15 @@ int emu_printf(const char* fmt, ...) {
 // clang's -fsanitize-coverage=trace-loads,trace-stores calls these before every memory access of a
 
 }  // extern "C"
+
+extern "C" void emu_usage_error(int line, const char* fmt, ...) {
+    claim_report();
+    fill_location(g_err);
+    g_err->kind = kUsage;
+    g_err->line = line;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err->text, sizeof g_err->text, fmt, ap);
+    va_end(ap);
+    finish_report();
+}
