@@ -1,0 +1,132 @@
+// emu_tensor.hpp: mma.sync and ldmatrix on the CPU emulator (course_tensor.cuh includes it under
+// __CUDA_EMULATOR__; the GPU gets inline PTX instead). The fragment layouts come from
+// emu_fragments.hpp, generated from grader/fragments.py.
+//
+// Each primitive is one warp exchange (emu_warp_exchange): every lane hands in its registers, the
+// last lane to arrive computes all 32 lanes' results, and a lane that never arrives is reported as
+// a deadlock. Memory is touched only by the lanes themselves, before the exchange, so the race
+// detector and the IO counters see each access made by the lane that makes it on a GPU.
+//
+// The public functions end with a `Line` parameter defaulting to the caller's line, so reports
+// name the student's line while the calls stay those of the GPU version.
+#pragma once
+#include "emu_fragments.hpp"
+
+namespace emu::tensor {
+
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+// The caller's line, as the last parameter: `Line line = Line{__builtin_LINE()}`. A class rather
+// than an int, so that a stray extra argument (a layout enum, a number) is a compile error.
+struct Line {
+    int n;
+};
+
+// The exact value of a 16-bit float (the low 16 bits of `bits`).
+template <bool BF16>
+inline double widen(unsigned bits) {
+    bits &= 0xffffu;
+    if constexpr (BF16) {
+        return std::bit_cast<float>(bits << 16);
+    } else {
+        const unsigned mag = bits & 0x7fffu;
+        // Finite binary16 values, subnormals included, become exact floats by moving the bits
+        // into float position and rescaling by 2^(127 - 15); inf and NaN keep their exponent.
+        const float v = mag >= 0x7c00u ? std::bit_cast<float>(0x7f800000u | (mag & 0x3ffu) << 13)
+                                       : std::bit_cast<float>(mag << 13) * 0x1p112f;
+        return bits & 0x8000u ? -v : v;
+    }
+}
+
+// ----------------------------------------------------------------------------- mma.sync
+
+struct MmaIn {
+    unsigned a[4], b[2];
+    float c[4];
+};
+
+// D = A * B + C for the whole warp. Products of 16-bit values are exact in double and the sums
+// of an m16n8k16 lose nothing that matters; one rounding to float at the end.
+template <int K, bool BF16>
+void mma_combine(const void* const* in, void* const* out, unsigned, const void*) {
+    double A[16][K], B[K][8], D[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        const MmaIn& m = *static_cast<const MmaIn*>(in[lane]);
+        for (int r = 0; r < K / 4; ++r)
+            for (int h = 0; h < 2; ++h) {
+                frag::RowCol p;
+                if constexpr (K == 16) p = frag::kA16[lane][r][h]; else p = frag::kA8[lane][r][h];
+                A[p.row][p.col] = widen<BF16>(m.a[r] >> 16 * h);
+            }
+        for (int r = 0; r < K / 8; ++r)
+            for (int h = 0; h < 2; ++h) {
+                frag::RowCol p;
+                if constexpr (K == 16) p = frag::kB16[lane][r][h]; else p = frag::kB8[lane][r][h];
+                B[p.row][p.col] = widen<BF16>(m.b[r] >> 16 * h);
+            }
+        for (int i = 0; i < 4; ++i) D[frag::kC[lane][i].row][frag::kC[lane][i].col] = m.c[i];
+    }
+    for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+            double s = D[i][j];
+            for (int k = 0; k < K; ++k) s += A[i][k] * B[k][j];
+            D[i][j] = s;
+        }
+    for (int lane = 0; lane < 32; ++lane) {
+        float* d = static_cast<float*>(out[lane]);
+        for (int i = 0; i < 4; ++i) d[i] = static_cast<float>(D[frag::kC[lane][i].row][frag::kC[lane][i].col]);
+    }
+}
+
+template <int K, bool BF16>
+inline void mma(int line, const char* what, float* d, const unsigned* a, const unsigned* b, const float* c) {
+    MmaIn in;
+    for (int r = 0; r < K / 4; ++r) in.a[r] = a[r];
+    for (int r = 0; r < K / 8; ++r) in.b[r] = b[r];
+    for (int i = 0; i < 4; ++i) in.c[i] = c[i];
+    float res[4];  // d may alias c, and may even live in shared memory: the lane writes it itself
+    emu_warp_exchange(line, what, kFullWarp, &in, res, &mma_combine<K, BF16>, nullptr);
+    for (int i = 0; i < 4; ++i) d[i] = res[i];
+}
+
+// ----------------------------------------------------------------------------- ldmatrix
+
+typedef unsigned Row16 __attribute__((vector_size(16)));
+typedef unsigned short Half16 __attribute__((may_alias));
+
+template <int N, bool TRANS>
+void ldmatrix_combine(const void* const* in, void* const* out, unsigned, const void*) {
+    for (int lane = 0; lane < 32; ++lane) {
+        unsigned* r = static_cast<unsigned*>(out[lane]);
+        for (int m = 0; m < N; ++m) {
+            unsigned v = 0;
+            for (int h = 0; h < 2; ++h) {
+                const frag::RowCol p = frag::kLdmatrix[TRANS][lane][h];
+                v |= unsigned(static_cast<const Half16*>(in[8 * m + p.row])[p.col]) << 16 * h;
+            }
+            r[m] = v;
+        }
+    }
+}
+
+template <int N, bool TRANS>
+inline void ldmatrix(int line, const char* what, unsigned* r, const void* row) {
+    const unsigned lane = emu_ctx.cur->linear % 32u;
+    Row16 mine = {0, 0, 0, 0};
+    // Only the lanes whose addresses this form uses read (x1: lanes 0-7, x2: 0-15, x4: all).
+    if (lane < 8u * N) {
+        if (reinterpret_cast<uintptr_t>(row) % 16)
+            emu_usage_error(line, "%s: lane %u's row address %p is not 16-byte aligned (row addresses must be "
+                            "multiples of 16 bytes)", what, lane, row);
+        if (!emu_in_shared(row, 16))
+            emu_usage_error(line, "%s: lane %u's row (16 bytes at %p) is not in shared memory%s; ldmatrix reads "
+                            "only __shared__ memory", what, lane, row,
+                            emu_in_global(row, 16) ? " (it points into an array argument, global memory)" : "");
+        mine = *static_cast<const Row16*>(row);
+    }
+    unsigned res[N];
+    emu_warp_exchange(line, what, kFullWarp, &mine, res, &ldmatrix_combine<N, TRANS>, nullptr);
+    for (int m = 0; m < N; ++m) r[m] = res[m];
+}
+
+}  // namespace emu::tensor
