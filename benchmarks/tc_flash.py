@@ -77,8 +77,92 @@ def emulator_main():
                   f"max |O - ref| {eo:.2e}, max |L - ref| {el:.2e}")
 
 
+CONFIGS = [(d, causal, dtype) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
+
+
+def gpu_main(out: str | None, B=4, H=16, S=4096, repeats=3):
+    """Check small shapes against float64, then time each configuration beside SDPA's flash and
+    cuDNN backends (torch tensors, the kernel called through CuPy with their pointers)."""
+    import cupy
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from grader.benchmark import Budget, EventTimer, run_to_run_spread
+
+    for S_small, d, causal in [(100, 64, True), (129, 128, False), (256, 64, False), (200, 128, True)]:
+        for bf16 in (False, True):
+            _, eo, el = check(2, 3, S_small, d, causal, bf16, seed=7)
+            limit = 2e-2 if bf16 else 4e-3
+            status = "ok" if eo < limit and el < 1e-4 else "FAILED"
+            print(f"check S={S_small} d={d} causal={causal} {'bf16' if bf16 else 'fp16'}: "
+                  f"max |O - ref| {eo:.2e}, |L - ref| {el:.2e} {status}", flush=True)
+            if status != "ok":
+                raise SystemExit(1)
+
+    timer, budget = EventTimer(), Budget(min_runs=10, min_ms=300.0, max_ms=3000.0)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    records = []
+    for d, causal, dtype in CONFIGS:
+        tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=tdt, generator=gen) for _ in range(3))
+        o = torch.empty_like(q)
+        lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        kern = grader.RawKernel(SOURCE, f"tc_flash_fwd_{'bf16' if dtype == 'bf16' else 'f16'}", options=options(d, causal))
+        kern.compile()
+        raw = kern._compiled._kernel
+        raw.max_dynamic_shared_size_bytes = shared_bytes(d)
+        args = tuple(np.uint64(t.data_ptr()) for t in (q, k, v, o, lse)) + (np.int32(S), np.float32(1 / math.sqrt(d)))
+        grid = (math.ceil(S / TILE), H, B)
+        torch_stream = torch.cuda.ExternalStream(stream.ptr)
+
+        def ours():
+            raw(grid, (128,), args, shared_mem=shared_bytes(d))
+
+        with torch.cuda.stream(torch_stream):
+            ours()
+            stream.synchronize()
+            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            torch.cuda.synchronize()
+            err = float((o.float() - want.float()).abs().max())
+        flops = 4 * B * H * S * S * d / (2 if causal else 1)
+        times = [budget.measure(timer, ours, stream).median for _ in range(repeats)]
+        ms = float(np.median(times))
+        base = {}
+        for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+            def sdpa(backend=backend):
+                with sdpa_kernel(backend), torch.cuda.stream(torch_stream):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            try:
+                sdpa()
+                base[name] = float(np.median([budget.measure(timer, sdpa, stream).median for _ in range(repeats)]))
+            except RuntimeError as e:
+                print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+        tf = flops / ms / 1e9
+        flash_ms = base.get("sdpa_flash")
+        rec = dict(kernel=f"tc_flash_fwd_d{d}{'_causal' if causal else ''}", dtype=dtype, d=d, causal=causal, B=B, H=H,
+                   S=S, ms=round(ms, 4), tflops=round(tf, 1), baseline="sdpa_flash",
+                   baseline_tflops=round(flops / flash_ms / 1e9, 1) if flash_ms else None,
+                   ratio=round(flash_ms / ms, 3) if flash_ms else None, run_to_run=round(run_to_run_spread(times), 4),
+                   max_abs_err_vs_sdpa=err, device=torch.cuda.get_device_name())
+        if "sdpa_cudnn" in base:
+            rec.update(cudnn_ms=round(base["sdpa_cudnn"], 4), cudnn_tflops=round(flops / base["sdpa_cudnn"] / 1e9, 1))
+        records.append(rec)
+        print(f"{rec['kernel']:24s} {dtype}: {ms:8.3f} ms {tf:6.1f} TF/s | flash {rec['baseline_tflops']} TF/s, "
+              f"ratio {rec['ratio']} | cuDNN {rec.get('cudnn_tflops')} TF/s | run-to-run {rec['run_to_run']:.3f} "
+              f"| max |O - sdpa| {err:.1e}", flush=True)
+        if out:
+            Path(out).write_text(json.dumps(records, indent=1))
+    return records
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["emulator"])
-    ap.parse_args()
-    emulator_main()
+    ap.add_argument("mode", choices=["emulator", "gpu"])
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.mode == "gpu":
+        gpu_main(a.out)
+    else:
+        emulator_main()

@@ -9,6 +9,7 @@ Kernels run on a GPU through CuPy when one is present, otherwise on the course's
 """
 from .arrays import array_module, empty, is_device_array, never_written, to_device, to_host, zeros
 from .backend import backend, gpu_status, set_backend
+from .benchmark import bench
 from .checks import CheckFailed, check
 from .errors import (
     BackendUnavailableError,
@@ -43,6 +44,7 @@ __all__ = [
     "backend",
     "gpu_status",
     "set_backend",
+    "bench",
     "CheckFailed",
     "check",
     "BackendUnavailableError",

@@ -1,9 +1,13 @@
-"""Command line: ``python -m grader list | check | demo | release | compile``.
+"""Command line: ``python -m grader list | check | bench | demo | release | compile``.
 
     python -m grader list                          every exercise: kernel, signature, launch shape
     python -m grader check vector_add my.cu        visible cases on the kernel in my.cu
     python -m grader check vector_add my.cu --all  grading cases too (fresh random inputs)
     python -m grader compile my.cu                 NVRTC syntax check for sm_80/sm_90, no GPU needed
+    python -m grader bench flash_fwd_row my.cu     check, then time on the GPU against PyTorch/cuBLAS
+        [--shape B=4,H=16,S=4096,d=64] [--dtype fp32] [--reps 10] [--repeats 3] [--json out.json]
+    python -m grader profile matmul_tiled my.cu    memory requests per source line, on the emulator
+        [--case NAME] [--json out.json]            (coalescing: sectors; bank conflicts: wavefronts)
     python -m grader demo                          the whole nbgrader pipeline on a demo class
     python -m grader release                       regenerate exercises/ and solutions/
 """
@@ -65,6 +69,45 @@ def _compile(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from .benchmark import Budget, bench, merge_records
+    from .errors import CourseError
+
+    try:
+        report = bench(args.exercise, Path(args.file).read_text(), shape=args.shape, dtype=args.dtype,
+                       repeats=args.repeats, budget=Budget(min_runs=args.reps, min_ms=args.min_ms),
+                       baselines=not args.no_baselines)
+    except (CourseError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report.table())
+    if not report.check_passed:
+        return 1
+    if args.json:
+        merge_records(args.json, [report.record()])
+        print(f"record written to {args.json} (key 'bench')")
+    return 0
+
+
+def _profile(args) -> int:
+    import json
+
+    from .emulator.profile import profile_case
+    from .errors import CourseError
+
+    try:
+        profile, shown = profile_case(args.exercise, Path(args.file).read_text(), args.case)
+    except (CourseError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"case {shown}")
+    print(profile.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(profile.to_dict(), indent=1) + "\n")
+        print(f"profile written to {args.json}")
+    return 0
+
+
 def _demo(args) -> int:
     from .classroom import demo
 
@@ -92,6 +135,23 @@ def main(argv=None) -> int:
     p = sub.add_parser("compile", help="NVRTC compile check for sm_80 and sm_90 (needs the nvrtc extra, no GPU)")
     p.add_argument("file")
     p.set_defaults(run=_compile)
+    p = sub.add_parser("bench", help="check a kernel, then time it on the GPU next to PyTorch/cuBLAS baselines")
+    p.add_argument("exercise")
+    p.add_argument("file")
+    p.add_argument("--shape", help="e.g. B=4,H=16,S=4096,d=64 (unnamed entries keep the defaults)")
+    p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="default: the kernel's own")
+    p.add_argument("--reps", type=int, default=10, help="at least this many timed runs (default 10)")
+    p.add_argument("--min-ms", type=float, default=200.0, help="and at least this much timed work (default 200)")
+    p.add_argument("--repeats", type=int, default=1, help="repeat the whole measurement to see run-to-run spread")
+    p.add_argument("--no-baselines", action="store_true", help="time the kernel alone")
+    p.add_argument("--json", help="merge the result into this JSON file's 'bench' list")
+    p.set_defaults(run=_bench)
+    p = sub.add_parser("profile", help="memory requests per source line (sectors, bank conflicts) on the emulator")
+    p.add_argument("exercise")
+    p.add_argument("file")
+    p.add_argument("--case", help="the case to run (default: the exercise's first visible case)")
+    p.add_argument("--json", help="also write the profile as JSON")
+    p.set_defaults(run=_profile)
     sub.add_parser("demo", help="release, grade and give feedback to a demo class on this machine").set_defaults(run=_demo)
     sub.add_parser("release", help="regenerate exercises/ and solutions/ from notebooks/").set_defaults(run=_release)
     args = parser.parse_args(argv)

@@ -1,8 +1,18 @@
 """The GPU backend: the translation unit goes to CuPy's RawKernel (NVRTC) unchanged."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from .errors import CompileError, KernelRuntimeError
 from .source import INCLUDE_DIR, format_compile_log
+
+
+def _toolkit_headers() -> list[str]:
+    """A CUDA include folder with the WMMA headers (mma.h needs crt/mma.h, which the pip runtime
+    wheels CuPy finds may lack), placed before CuPy's own; none if no such folder is found."""
+    from .nvrtc import cuda_include_dirs
+
+    return [f"-I{d}" for d in cuda_include_dirs() if Path(d, "crt", "mma.h").exists()][:1]
 
 
 class GpuKernel:
@@ -10,7 +20,7 @@ class GpuKernel:
         import cupy
 
         self.name = name
-        self._kernel = cupy.RawKernel(tu, name, options=(*options, f"-I{INCLUDE_DIR}"))
+        self._kernel = cupy.RawKernel(tu, name, options=(*options, f"-I{INCLUDE_DIR}", *_toolkit_headers()))
         try:
             self._kernel.compile()
         except cupy.cuda.compiler.CompileException as exc:

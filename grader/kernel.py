@@ -3,7 +3,8 @@
 It behaves like ``cupy.RawKernel`` -- ``kernel(grid, block, args, shared_mem=0)`` -- on both
 backends, and adds what a course needs: the parameter list is read from the source so wrong
 argument types are refused with a sentence, launch limits are checked up front, and on the
-emulator a launch can also check for races, count memory traffic, and capture ``printf``.
+emulator a launch can also check for races, count memory traffic, profile memory requests per
+source line (``profile=True``: coalescing and bank conflicts), and capture ``printf``.
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ class RawKernel:
                 self._compiled = emulator.compile_kernel(tu, self.name, self.signature, self.options)
         return self
 
-    def __call__(self, grid, block, args, *, shared_mem=0, time_limit=None, race_check=False, count_io=False):
+    def __call__(self, grid, block, args, *, shared_mem=0, time_limit=None, race_check=False, count_io=False,
+                 profile=False):
         if not isinstance(self.max_dynamic_shared_size_bytes, int) or not (
             0 <= self.max_dynamic_shared_size_bytes <= _launch.MAX_SHARED_BYTES_OPTIN
         ):
@@ -71,14 +73,15 @@ class RawKernel:
         values = check_args(self.signature, args, is_array=lambda x: is_device_array(x, self.backend), array_kind=array_kind)
         self.compile()
         if self.backend == "gpu":
-            if race_check or count_io or time_limit is not None:
+            if race_check or count_io or profile or time_limit is not None:
                 raise BackendUnavailableError(
-                    f"{self.name}: race_check, count_io and time_limit are emulator features; "
+                    f"{self.name}: race_check, count_io, profile and time_limit are emulator features; "
                     "run with GRADER_BACKEND=cpu to use them."
                 )
             self._compiled.launch(g, b, values, smem, self.max_dynamic_shared_size_bytes)
             return None
-        report = self._compiled.launch(g, b, values, smem, time_limit=time_limit, race_check=race_check, count_io=count_io)
+        report = self._compiled.launch(g, b, values, smem, time_limit=time_limit, race_check=race_check,
+                                       count_io=count_io, profile=profile)
         self.last_launch = report
         if report.printed:
             sys.stdout.write(report.printed)

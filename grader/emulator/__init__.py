@@ -17,11 +17,13 @@ second legal schedule: threads and blocks in reverse order, and a deterministic 
 see below. Shared memory starts as 0xFF bytes
 (NaN as float) in every block, so reading what no thread wrote shows up. ``count_io=True``
 counts global bytes per array and shared bytes, through clang's load/store tracing (clang-16).
+``profile=True`` (same tracing) counts, per source line, warp requests, global 32-byte sectors
+and shared-memory wavefronts (coalescing and bank conflicts, see ``profile.py``).
 
 Honest limits:
 
-* It does not model speed: no timing, bank conflicts, coalescing, occupancy or register limits.
-  ``LaunchReport.seconds`` is the CPU's time.
+* It does not model speed: no timing, caches, occupancy or register limits; ``profile=True``
+  counts requests, sectors and wavefronts, not time. ``LaunchReport.seconds`` is the CPU's time.
 * Numerics follow the CPU: no FMA contraction where the GPU would fuse, and fast intrinsics
   (``__expf``, ``__fdividef``, ...) return accurate values. Compare with tolerances.
 * Memory model: one legal schedule (two with ``race_check``), not every interleaving. Warps do
@@ -63,6 +65,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import (
+    BackendUnavailableError,
     BarrierError,
     CompileError,
     KernelAssertionError,
@@ -78,9 +81,10 @@ from ..source import format_compile_log, student_code, translation_unit
 from . import _toolchain, _worker
 from ._build import Library, build
 from ._toolchain import available, fiber_backend
+from .profile import Profile, build_profile
 
 __all__ = [
-    "EmulatedKernel", "IOCounts", "LaunchReport", "available", "compile_kernel", "fiber_backend",
+    "EmulatedKernel", "IOCounts", "LaunchReport", "Profile", "available", "compile_kernel", "fiber_backend",
     "translation_unit", "shutdown",
 ]
 
@@ -106,6 +110,7 @@ class LaunchReport:
     printed: str
     io: IOCounts | None
     seconds: float
+    profile: Profile | None = None  # with profile=True: memory requests per source line
 
 
 def compile_kernel(source: str, name: str, signature: Signature, options: tuple[str, ...] = ()) -> "EmulatedKernel":
@@ -164,6 +169,7 @@ def _time_limit(value: float | None) -> float:
 # largest alignment a primitive needs: WMMA's 256 bits); other kernels' arrays end right at a guard
 # page, so that reading one element past the end faults.
 ARRAY_ALIGN = 32
+PROFILE_ALIGN = 256  # profile=True: cudaMalloc's alignment, so sectors fall as on a GPU
 _ALIGNMENT_SENSITIVE = re.compile(
     r"\b(?:u?(?:char|short|int|long|longlong)[234]|float[234]|double[234]|__half2|half2|__nv_bfloat162|"
     r"nv_bfloat162|reinterpret_cast|cp_async\w*|__pipeline_memcpy_async|ldmatrix\w*|wmma|__ldg)\b|cp\.async")
@@ -171,6 +177,16 @@ _ALIGNMENT_SENSITIVE = re.compile(
 
 def alignment_sensitive(source: str) -> bool:
     return bool(_ALIGNMENT_SENSITIVE.search(student_code(source)))
+
+
+_CP_ASYNC = re.compile(r"\b(?:cp_async\w*|__pipeline_memcpy_async|memcpy_async)\b|cp\.async")
+
+
+def _needs_traced_build(source: str) -> bool:
+    """Whether launches should use the traced (clang) build even without count_io: with cp.async,
+    a read of a copy still in flight shows up in the normal build only as its 0xFF poison (NaN)
+    in the results, while the traced build stops at the read and names it, the copy and the wait."""
+    return bool(_CP_ASYNC.search(student_code(source)))
 
 
 class EmulatedKernel:
@@ -189,33 +205,42 @@ class EmulatedKernel:
 
     # ------------------------------------------------------------------ launch
 
-    def launch(self, grid, block, args, shared_mem, *, time_limit=None, race_check=False, count_io=False) -> LaunchReport:
+    def launch(self, grid, block, args, shared_mem, *, time_limit=None, race_check=False, count_io=False,
+               profile=False) -> LaunchReport:
         grid, block = tuple(int(v) for v in grid), tuple(int(v) for v in block)
         shared_mem = int(shared_mem or 0)
         self._check_shared(shared_mem)
         limit = _time_limit(time_limit)
         lib = self._lib
-        if count_io:
+        if profile and _toolchain.clang() is None:
+            raise BackendUnavailableError(
+                f"{self.name}: the memory profiler (profile=True) needs clang 16 or newer, whose load/store "
+                "tracing it is built on: apt-get install clang-16"
+            )
+        if count_io or profile:
             if self._io_lib is None:
                 self._io_lib = build(self._source, self._options, flavor="io")
             lib = self._io_lib
+        elif _needs_traced_build(self._source):
+            lib = self._race_lib() or lib
         start = time.perf_counter()
         with _LOCK:
             backend = fiber_backend()
-            first, io, printed = self._run(backend, lib, grid, block, shared_mem, args, limit,
-                                           reverse=False, align_start=False, count_io=count_io)
+            first, io, printed, sites = self._run(backend, lib, grid, block, shared_mem, args, limit, reverse=False,
+                                                  align_start=False, count_io=count_io, profile=profile)
             if race_check:
                 # The second run is the clang build under the race detector (when clang is
                 # here), in the other schedule: a race it sees is reported with both threads and
                 # lines; one it cannot see may still change the results, which are compared.
                 race_lib = self._race_lib()
-                second, _, _ = self._run(backend, race_lib or lib, grid, block, shared_mem, args, limit,
-                                         reverse=True, align_start=True, count_io=False,
-                                         race=race_lib is not None)
+                second, _, _, _ = self._run(backend, race_lib or lib, grid, block, shared_mem, args, limit,
+                                            reverse=True, align_start=True, count_io=False,
+                                            race=race_lib is not None)
                 self._compare(args, first, second)
             for i, data in first.items():
                 args[i].reshape(-1).view(np.uint8)[:] = data
-        return LaunchReport(printed=printed, io=io, seconds=time.perf_counter() - start)
+        prof = build_profile(self.name, lib.path, lib.source_lines, sites) if profile else None
+        return LaunchReport(printed=printed, io=io, seconds=time.perf_counter() - start, profile=prof)
 
     def _race_lib(self) -> Library | None:
         """The traced (clang) build the race detector needs, or None without clang."""
@@ -242,15 +267,20 @@ class EmulatedKernel:
                 f"exceed the {SHARED_LIMIT} bytes (227 KiB) a block can have on an H100."
             )
 
-    def _run(self, backend, lib, grid, block, shared_mem, args, limit, *, reverse, align_start, count_io, race=False):
-        """One run in the worker: (outputs as arg index -> raw bytes, IOCounts or None, printed)."""
+    def _run(self, backend, lib, grid, block, shared_mem, args, limit, *, reverse, align_start, count_io, race=False,
+             profile=False):
+        """One run in the worker: (outputs as arg index -> raw bytes, IOCounts or None, printed,
+        profile sites)."""
         try:
             worker = _get_worker(backend)
             lib_id = worker.load(str(lib.path))
-            slots = worker.layout(args, align_start=align_start, align=ARRAY_ALIGN if self._aligned else 1)
+            # Sectors depend on where an array starts: the profiler's arrays start as cudaMalloc's do.
+            align = PROFILE_ALIGN if profile else ARRAY_ALIGN if self._aligned else 1
+            slots = worker.layout(args, align_start=align_start, align=align)
             worker.fill(slots, args)
             outcome = worker.run(lib_id, f"emu_entry_{self.name}", grid, block, shared_mem, args, slots,
-                                 reverse=reverse, count_io=count_io, time_limit=limit, race=race)
+                                 reverse=reverse, count_io=count_io, time_limit=limit, race=race,
+                                 profile=profile)
         except _worker.WorkerDied as e:
             _drop_worker(backend)
             raise KernelRuntimeError(
@@ -284,7 +314,7 @@ class EmulatedKernel:
         io = None
         if count_io:
             io = self._io_counts(outcome.io, args)
-        return outputs, io, outcome.printed
+        return outputs, io, outcome.printed, outcome.profile
 
     def _io_counts(self, numbers, args) -> IOCounts:
         shared_read, shared_written = numbers[0], numbers[1]

@@ -49,10 +49,11 @@ class ArraySlot:
 
 @dataclass
 class Outcome:
-    """What came back from one run: either io numbers or an error record."""
+    """What came back from one run: either io numbers (and profile sites) or an error record."""
 
     ok: bool
     io: list = field(default_factory=list)
+    profile: list = field(default_factory=list)  # (site, shared, store, size, requests, units, ideal, lanes)
     kind: int = 0
     block: tuple | None = None
     thread: tuple | None = None
@@ -199,7 +200,8 @@ class Worker:
         return after.count(b"\xff") != len(after)
 
     def run(self, lib: int, entry: str, grid, block, shared_mem: int, args: list, slots: list[ArraySlot],
-            *, reverse: bool, count_io: bool, time_limit: float, race: bool = False) -> Outcome:
+            *, reverse: bool, count_io: bool, time_limit: float, race: bool = False,
+            profile: bool = False) -> Outcome:
         by_index = {s.index: s for s in slots}
         parts = []
         for i, a in enumerate(args):
@@ -209,7 +211,7 @@ class Worker:
             else:
                 raw = np.asarray(a).tobytes().ljust(8, b"\0")[:8]
                 parts.append(f"S {int.from_bytes(raw, 'little'):x}")
-        flags = (1 if reverse else 0) | (2 if count_io else 0) | (4 if race else 0)
+        flags = (1 if reverse else 0) | (2 if count_io else 0) | (4 if race else 0) | (8 if profile else 0)
         cmd = (f"RUN {lib} {entry} {grid[0]} {grid[1]} {grid[2]} {block[0]} {block[1]} {block[2]} "
                f"{shared_mem} {flags} {time_limit!r} {len(args)} {' '.join(parts)}\n")
         self._send(cmd)
@@ -217,7 +219,8 @@ class Worker:
         reply = self._readline(time.monotonic() + time_limit + 5.0)
         printed = self._printed()
         if reply is not None and reply.startswith("OK"):
-            return Outcome(True, io=[int(x) for x in reply.split()[1:]], printed=printed)
+            sites = self._profile_sites() if profile else []
+            return Outcome(True, io=[int(x) for x in reply.split()[1:]], profile=sites, printed=printed)
         if reply == "ERR":
             self.proc.wait()
             return self._record(printed)
@@ -225,6 +228,21 @@ class Worker:
             return Outcome(False, kind=TIMEOUT, text=repr(time_limit), printed=printed)
         status = self.proc.wait()
         raise WorkerDied(f"exit status {status}; {self.stderr()}")
+
+    def _profile_sites(self) -> list[tuple]:
+        """The lines after a profiled run's OK: "PROF n", then n sites (see profile.cpp)."""
+        deadline = time.monotonic() + 60
+        head = self._readline(deadline)
+        if not head or not head.startswith("PROF "):
+            raise WorkerDied(f"the emulator worker sent no profile: {head!r}")
+        sites = []
+        for _ in range(int(head.split()[1])):
+            row = self._readline(deadline)
+            if not row:
+                raise WorkerDied("the emulator worker's profile ended early")
+            f = row.split()
+            sites.append((int(f[0], 16), *(int(v) for v in f[1:])))
+        return sites
 
     def _record(self, printed: str) -> Outcome:
         v = _RECORD.unpack_from(self.mm, 0)

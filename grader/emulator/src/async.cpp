@@ -1,10 +1,248 @@
 // async.cpp: cp.async, deferred: a copy is read at issue and lands at the wait that retires it.
+//
+// Each thread keeps its copies not yet landed (AsyncCopies, hung on its Fiber) in issue order,
+// each tagged with its group: the number of cp_async_commit() calls the thread had made before
+// it. Group numbers only grow, so a wait retires a prefix of the list. While a copy is in flight
+// its destination holds 0xFF bytes (NaN as float), so a read before the wait spoils the results
+// of the normal build; the traced build checks every load and store against a map of the block's
+// shared memory (per 4-byte word: which thread has a copy in flight there) and names the access.
+//
+// For the traced build's IO counts, race detector and profiler, a copy is a global read at issue
+// (a traced load in emu_async.hpp, on the student's line) and a shared write by the issuing thread
+// where it lands, booked here at the return address of the wait: the student's wait, since the
+// header inlines its calls. For the race detector the write is also checked at issue: on a GPU the
+// bytes may land any time between the issue and the wait. Accesses in between are the in-flight
+// check's; the source is not watched after issue (a kernel that writes its own cp.async source
+// while the copy is in flight is not caught).
+#include <memory>
+
 #include "launcher.hpp"
 
 namespace launcher {
 
-void async_block_begin(Worker*) {}
-void async_thread_done(Worker*, Fiber*) {}
-void async_access(Worker*, uintptr_t, unsigned, bool, uintptr_t) {}
+struct AsyncCopy {
+    unsigned char* dst;
+    unsigned bytes;
+    int line;
+    uint64_t group;
+    uint32_t waits;  // waits the thread had made before this copy
+    uintptr_t ret;  // the issue's return address in the kernel library: the write's site if it lands at exit
+    unsigned char data[16];
+};
+
+struct AsyncCopies {
+    std::vector<AsyncCopy> pending;  // issue order
+    uint64_t committed = 0;  // groups closed; the open group's number
+    uint32_t waits = 0;
+    int wait_line = 0, wait_keep = 0;  // the last wait: its line and N
+};
+
+// Per OS thread, which runs one block at a time.
+struct AsyncBlock {
+    std::vector<std::unique_ptr<AsyncCopies>> threads;  // by linear thread index, kept across blocks
+    // Per 4-byte word of shared memory (static part, then dynamic part): 1 + the linear index of
+    // the thread with a copy in flight there, else 0. All zero between blocks: every copy lands by
+    // the time its thread returns.
+    std::vector<uint16_t> owner;
+    uintptr_t static_lo = 0;  // the static part's first word: tls_lo rounded down to 4 bytes
+    size_t static_words = 0, words = 0;
+};
+
+static thread_local AsyncBlock t_async;
+
+static constexpr size_t kNoWord = ~size_t(0);
+
+static size_t word_of(const AsyncBlock& s, uintptr_t a) {
+    if (a - s.static_lo < s.static_words * 4) return (a - s.static_lo) / 4;
+    const uintptr_t d = a - uintptr_t(emu_ctx.dyn_smem);
+    if (d < (s.words - s.static_words) * 4) return s.static_words + d / 4;
+    return kNoWord;
+}
+
+// The copy in flight at `word` of shared memory, among thread `linear`'s (whom owner names).
+static const AsyncCopy& copy_at(const Worker* w, int linear, size_t word) {
+    const std::vector<AsyncCopy>& pending = w->fibers[size_t(linear)].async->pending;
+    for (const AsyncCopy& c : pending) {
+        const size_t k = word_of(t_async, uintptr_t(c.dst));
+        if (k <= word && word < k + c.bytes / 4) return c;
+    }
+    return pending.front();  // not reached: owner names only threads with a copy there
+}
+
+static AsyncCopies* copies_of(Fiber* f) {
+    if (f->async) return f->async;
+    auto& v = t_async.threads;
+    if (v.size() <= f->linear) v.resize(f->linear + 1);
+    if (!v[f->linear]) v[f->linear] = std::make_unique<AsyncCopies>();
+    return f->async = v[f->linear].get();
+}
+
+static void land(Worker* w, const AsyncCopy& c, uintptr_t ret) {
+    memcpy(c.dst, c.data, c.bytes);
+    const size_t k = word_of(t_async, uintptr_t(c.dst));
+    std::fill_n(t_async.owner.begin() + ptrdiff_t(k), c.bytes / 4, uint16_t(0));
+    w->async_inflight--;
+    if (t_io) t_io->s_write += c.bytes;
+    if (t_race) race_access(uintptr_t(c.dst), c.bytes, kAccWrite, ret);
+    if (t_prof) prof_access(t_prof, uintptr_t(c.dst), c.bytes, true, ret);
+}
+
+// Land the thread's copies of groups below `limit`.
+static void retire(Worker* w, AsyncCopies* a, uint64_t limit, uintptr_t ret) {
+    size_t k = 0;
+    for (; k < a->pending.size() && a->pending[k].group < limit; ++k) land(w, a->pending[k], ret);
+    a->pending.erase(a->pending.begin(), a->pending.begin() + ptrdiff_t(k));
+}
+
+void async_block_begin(Worker* w) {
+    AsyncBlock& s = t_async;
+    s.static_lo = uintptr_t(w->tls_lo) & ~uintptr_t(3);
+    s.static_words = w->tls_len ? (uintptr_t(w->tls_lo) + w->tls_len - s.static_lo + 3) / 4 : 0;
+    s.words = s.static_words + (w->dyn_len + 3) / 4;
+    w->async_inflight = 0;
+}
+
+void async_thread_done(Worker* w, Fiber* f) {
+    AsyncCopies* a = f->async;
+    if (!a) return;
+    // A GPU completes a returned thread's copies too; they land now, booked at their issue.
+    for (const AsyncCopy& c : a->pending) land(w, c, c.ret);
+    a->pending.clear();
+    a->committed = 0;
+    a->waits = 0;
+    a->wait_line = a->wait_keep = 0;
+}
+
+// The traced build: an access to bytes that a copy has not written yet.
+[[noreturn]] static void report_in_flight(Worker* w, size_t word, uintptr_t addr, bool store, uintptr_t ret) {
+    const int issuer = t_async.owner[word] - 1;
+    const Fiber* me = cur_fiber();
+    const AsyncCopies* a = w->fibers[size_t(issuer)].async;
+    const AsyncCopy* c = &copy_at(w, issuer, word);
+    const bool own = me && int(me->linear) == issuer;
+    const std::string who = thread_name(w, issuer);
+    const char* what = store ? "write" : "read";
+    char why[512];
+    if (c->group == a->committed)
+        snprintf(why, sizeof why, "its group is still open (no cp_async_commit() after it), and a wait retires only committed groups");
+    else if (a->waits > c->waits)
+        snprintf(why, sizeof why, "cp_async_wait<%d> on line %d retires only the groups older than the newest %d, and this copy is in one of those",
+                 a->wait_keep, a->wait_line, a->wait_keep);
+    else
+        snprintf(why, sizeof why, "%s has made no cp_async_wait since issuing it", own ? "this thread" : ("thread " + who).c_str());
+    char fix[640];
+    if (own)
+        snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
+                 "issuer also need a __syncthreads() after that wait", what);
+    else
+        snprintf(fix, sizeof fix, "thread %s must wait for it (cp_async_wait<0>() or cp_async_wait_all()) and a __syncthreads() must "
+                 "follow before other threads touch these bytes (if this %s is meant for the buffer's previous contents, a "
+                 "__syncthreads() is missing before the cp.async that overwrites them)", who.c_str(), what);
+    claim_report();
+    fill_location(g_err);
+    g_err->kind = kUsage;
+    g_err->line = -1;  // Python finds the line from the code address
+    g_err->pc = ret - 1;  // inside the call to the trace hook, on the accessing line
+    g_err->addr = addr;
+    g_err->is_write = store;
+    snprintf(g_err->text, sizeof g_err->text,
+             "%s shared memory still in flight from the cp.async on line %d (issued by %s%s); %s — %s", store ? "write to" : "read of",
+             c->line, own ? "this thread, " : "thread ", who.c_str(), why, fix);
+    finish_report();
+}
+
+void async_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret) {
+    const AsyncBlock& s = t_async;
+    const size_t first = word_of(s, a);
+    if (first == kNoWord) return;
+    const size_t last = first + (a % 4 + size - 1) / 4;  // shared memory's parts start at 4-byte multiples
+    for (size_t k = first; k <= last && k < s.owner.size(); ++k)
+        if (s.owner[k]) report_in_flight(w, k, a, store, ret);
+}
 
 }  // namespace launcher
+
+extern "C" {
+
+using namespace launcher;
+
+void emu_cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes, int line) {
+    const uintptr_t ret = uintptr_t(__builtin_return_address(0));
+    Worker* w = t_worker;
+    Fiber* f = cur_fiber();
+    const Launch& L = g_launch;
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+        emu_usage_error(line, "cp.async copies 4, 8 or 16 bytes, not %u", bytes);
+    if (src_bytes > bytes)
+        emu_usage_error(line, "cp.async: the source size %d is not within 0..%u: a %u-byte copy reads at most %u bytes "
+                        "(and zero-fills the rest)", int(src_bytes), bytes, bytes, bytes);
+    if (!emu_in_shared(dst, bytes))
+        emu_usage_error(line, "cp.async: destination %p is not in shared memory%s (cp.async copies global -> shared)",
+                        dst, emu_in_global(dst, 1) ? ": it points into an array argument, global memory" : "");
+    if (uintptr_t(dst) % bytes)
+        emu_usage_error(line, "cp.async: destination %p is not a multiple of %u bytes; a %u-byte cp.async needs both "
+                        "addresses aligned to %u bytes (declare the shared tile __align__(%u), index whole %u-byte units)",
+                        dst, bytes, bytes, bytes, bytes, bytes);
+    if (src_bytes) {
+        const uintptr_t p = uintptr_t(src);
+        int arr = -1;
+        for (int i = 0; i < L.nargs && arr < 0; ++i)
+            if (p - L.arg_lo[i] < L.arg_len[i]) arr = i;
+        if (arr < 0)
+            emu_usage_error(line, "cp.async: source %p is in no array argument of the launch%s; cp.async reads global "
+                            "memory: pass a pointer into one of the kernel's arrays (or 0 source bytes for a zero fill)",
+                            src, emu_in_shared(src, 1) ? " (it is in shared memory)" : "");
+        const unsigned long long off = p - L.arg_lo[arr];
+        // Arrays stand for cudaMalloc'd memory, aligned on a GPU: the offset is what counts.
+        if (off % bytes)
+            emu_usage_error(line, "cp.async: source %p, byte %llu of the array passed as parameter %d (counting from 0), "
+                            "is not a multiple of %u bytes from the array's start; a %u-byte cp.async needs both "
+                            "addresses aligned to %u bytes", src, off, arr, bytes, bytes, bytes);
+        if (!emu_in_global(src, src_bytes))
+            emu_usage_error(line, "cp.async: source %p reads %u bytes from byte %llu of the array passed as parameter %d "
+                            "(counting from 0), which has %llu bytes: past its end. For a tail tile, copy only what is "
+                            "left (cp_async_cg16_zfill with fewer source bytes, 0 for none)",
+                            src, src_bytes, off, arr, (unsigned long long)L.arg_len[arr]);
+    }
+    AsyncBlock& s = t_async;
+    if (s.owner.size() < s.words) s.owner.resize(s.words);
+    const size_t k = word_of(s, uintptr_t(dst));
+    for (size_t j = k; j < k + bytes / 4; ++j)
+        if (s.owner[j])
+            emu_usage_error(line, "cp.async: destination %p is still the destination of the cp.async on line %d (thread %s), "
+                            "in flight: two copies in flight to the same bytes land in no defined order. Wait for the "
+                            "first (cp_async_wait, then __syncthreads() if another thread issued it) before reusing "
+                            "the buffer", dst, copy_at(w, s.owner[j] - 1, j).line, thread_name(w, s.owner[j] - 1).c_str());
+    AsyncCopies* a = copies_of(f);
+    AsyncCopy c{static_cast<unsigned char*>(dst), bytes, line, a->committed, a->waits, ret, {}};
+    memcpy(c.data, src, src_bytes);
+    a->pending.push_back(c);
+    memset(dst, 0xff, bytes);
+    std::fill_n(s.owner.begin() + ptrdiff_t(k), bytes / 4, uint16_t(f->linear + 1));
+    w->async_inflight++;
+    if (t_race) race_access(uintptr_t(dst), bytes, kAccWrite, ret);
+}
+
+void emu_cp_async_commit(int) { copies_of(cur_fiber())->committed++; }
+
+void emu_cp_async_wait(int pending, int line) {
+    const uintptr_t ret = uintptr_t(__builtin_return_address(0));
+    if (pending < 0) emu_usage_error(line, "cp.async.wait_group %d: the number of groups left in flight must be >= 0", pending);
+    AsyncCopies* a = copies_of(cur_fiber());
+    a->waits++;
+    a->wait_line = line;
+    a->wait_keep = pending;
+    retire(t_worker, a, a->committed > uint64_t(pending) ? a->committed - uint64_t(pending) : 0, ret);
+}
+
+void emu_cp_async_wait_all(int line) {
+    const uintptr_t ret = uintptr_t(__builtin_return_address(0));
+    AsyncCopies* a = copies_of(cur_fiber());
+    a->committed++;
+    a->waits++;
+    a->wait_line = line;
+    a->wait_keep = 0;
+    retire(t_worker, a, a->committed, ret);
+}
+
+}  // extern "C"

@@ -183,6 +183,7 @@ void run_block(Worker* w, uint64_t linear) {
         emu_ctx.cur = nullptr;
         if (!ran && w->live > 0) deadlock(w);
     }
+    if (t_prof) prof_flush_block(w);
 }
 
 
@@ -200,12 +201,16 @@ void run_share(Worker* w) {
         w->s_read = w->s_write = 0;
         t_io = w;
     }
-    if (L.race) {
-        // One OS thread runs every block, in order: the race check is deterministic.
+    if (L.race || L.profile) {
+        // One OS thread runs every block, in order: the race check is deterministic, and the
+        // profiler's records need no locks.
         if (w != g_workers[0]) {
             t_io = nullptr;
             return;
         }
+    }
+    if (L.profile) prof_begin(w);
+    if (L.race) {
         w->tls_base = uintptr_t(w->tls_lo) & ~uintptr_t(3);
         w->tls_words = w->tls_len ? (uintptr_t(w->tls_lo) + w->tls_len - w->tls_base + 3) / 4 : 0;
         w->dyn_words = (w->dyn_len + 3) / 4;
@@ -219,6 +224,7 @@ void run_share(Worker* w) {
         run_block(w, L.reverse ? L.nblocks - 1 - k : k);
     }
     t_io = nullptr;
+    t_prof = nullptr;
     if (t_race) {
         t_race = nullptr;
         if (w->sshadow) munmap(w->sshadow, w->sshadow_bytes);
@@ -301,6 +307,7 @@ int emu_syncthreads_reduce(int line, int op, int pred) {
                 "divergent barrier: on a GPU it hangs or corrupts results. Move it where every thread reaches it.";
         report(kBarrier, line, "%s", text.c_str());
     }
+    if (t_prof) prof_flush_block(w);
     for (int i = 0; i < w->threads; ++i) {
         w->fibers[i].state = kReady;
         w->fibers[i].result = uint64_t(result);

@@ -114,7 +114,7 @@ struct Launch {
     int lib;
     dim3 grid, block;
     size_t shared_mem;
-    bool reverse, count_io, race;
+    bool reverse, count_io, race, profile;
     uint64_t nblocks;
     void* argv[kMaxArgs];
     uint64_t values[kMaxArgs];
@@ -243,6 +243,7 @@ void bind_dynamic_shared(Worker* w, size_t bytes);
 
 // trace.cpp: IO counting and race detection in the traced (clang) build
 void* map_zeroed(size_t bytes);
+void race_access(uintptr_t a, unsigned size, int kind, uintptr_t ret);  // race mode: check and record one access
 
 // async.cpp: cp.async (see emu_abi.hpp)
 void async_block_begin(Worker* w);  // before a block's threads start
@@ -252,6 +253,10 @@ void async_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t r
 // profile.cpp: the memory profiler (traced build)
 extern thread_local Worker* t_prof;  // set while profiling
 void prof_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret);
+void prof_begin(Worker* w);  // before the launch's first block; sets t_prof
+void prof_flush_warp(Worker* w, int base, unsigned mask);  // these lanes of a warp meet again
+void prof_flush_block(Worker* w);  // every lane of the block meets again
+void prof_reply();  // the profile, after the RUN command's OK line
 
 // main.cpp: the command loop
 void reply(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

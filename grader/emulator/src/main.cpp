@@ -74,7 +74,8 @@ void cmd_load(const char* path) {
     reply("OK %zu\n", g_libs.size() - 1);
 }
 
-// RUN lib entry gx gy gz bx by bz shared flags limit_s nargs, then per argument
+// RUN lib entry gx gy gz bx by bz shared flags limit_s nargs (flags: 1 reverse, 2 count IO, 4 race check,
+// 8 profile), then per argument
 // "P file_off span inner nbytes" (an array) or "S hex" (8 bytes of a scalar, little-endian).
 void cmd_run(char* line) {
     Launch& L = g_launch;
@@ -97,6 +98,7 @@ void cmd_run(char* line) {
     L.reverse = flags & 1;
     L.count_io = flags & 2;
     L.race = flags & 4;
+    L.profile = flags & 8;
     double limit = strtod(next(), nullptr);
     L.nargs = atoi(next());
     if (L.lib < 0 || size_t(L.lib) >= g_libs.size() || L.nargs < 0 || L.nargs > kMaxArgs)
@@ -194,6 +196,7 @@ void cmd_run(char* line) {
         }
     }
     reply("OK%s\n", io.c_str());
+    if (L.profile) prof_reply();
 }
 
 

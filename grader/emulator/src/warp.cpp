@@ -61,9 +61,10 @@ static bool warp_arrive(Worker* w, Fiber* f, int op, int line, unsigned mask) {
     return true;
 }
 
-// The collective is complete: note it for the race detector, then continue with the other lanes,
-// like a barrier, in schedule order.
+// The collective is complete: note it for the race detector and the profiler, then continue with
+// the other lanes, like a barrier, in schedule order.
 static void warp_release(Worker* w, int base, unsigned mask) {
+    if (t_prof) prof_flush_warp(w, base, mask);
     if (t_race) {
         std::vector<uint32_t>& hist = w->warp_hist[size_t(base >> 5)];
         hist.push_back(mask);
