@@ -128,6 +128,9 @@ class Profile:
                 if reqs:
                     out.append(f"  {space} {op}s: {reqs} requests, {units} {unit} "
                                f"({units / reqs:.2f} per request; ideal {ideal[f'{space}_{op}_{unit}']})")
+        out.append("Counted per access in the source. A GPU's compiler may merge one thread's neighbouring "
+                   "shared loads into one 8- or 16-byte load, so it can issue fewer shared requests "
+                   "(benchmarks/results/profile_vs_ncu.txt compares with Nsight Compute).")
         return "\n".join(out)
 
 

@@ -207,3 +207,26 @@ def test_cli_on_the_tiled_matmul_solution(tmp_path, capsys):
     # one 16 x 16 x 16 tile: 8 warps, each two half rows of A and of B (4 sectors each)
     totals = json.loads(out.read_text())["totals"]
     assert (totals["global_load_requests"], totals["global_load_sectors"]) == (16, 64)
+
+
+LDMATRIX = r"""
+extern "C" __global__ void rows(const unsigned short* x, unsigned* out) {
+    __shared__ __align__(16) unsigned short t[8 * 8];
+    int lane = threadIdx.x;
+    for (int i = lane; i < 64; i += 32) t[i] = x[i];
+    __syncthreads();
+    unsigned r[1];
+    ldmatrix_x1(r, &t[(lane % 8) * 8]);
+    out[lane] = r[0];
+}
+"""
+
+
+def test_ldmatrix_rows_count_on_the_students_line():
+    x = np.arange(64, dtype=np.uint16)
+    out = np.zeros(32, np.uint32)
+    p = profile("rows", (1, 1, 1), (32, 1, 1), [x, out], source=LDMATRIX)
+    load = only(p.line(line_of("ldmatrix_x1(r, &t[(lane % 8) * 8]);", LDMATRIX)), "shared load")
+    # lanes 0-7 each read one 16-byte row (lanes 8-31 give no address): one request, 8 rows of
+    # 16 bytes in distinct banks take 128 bytes, one wavefront
+    assert (load.bytes, load.requests, load.units) == (16, 1, 1)

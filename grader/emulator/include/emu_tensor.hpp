@@ -78,8 +78,10 @@ void mma_combine(const void* const* in, void* const* out, unsigned, const void*)
     }
 }
 
+// Always inlined, as are the course header's wrappers: a lane's traced reads then sit on the
+// student's line, where the race detector and the memory profiler report them.
 template <int K, bool BF16>
-inline void mma(int line, const char* what, float* d, const unsigned* a, const unsigned* b, const float* c) {
+inline __attribute__((always_inline)) void mma(int line, const char* what, float* d, const unsigned* a, const unsigned* b, const float* c) {
     MmaIn in;
     for (int r = 0; r < K / 4; ++r) in.a[r] = a[r];
     for (int r = 0; r < K / 8; ++r) in.b[r] = b[r];
@@ -110,7 +112,7 @@ void ldmatrix_combine(const void* const* in, void* const* out, unsigned, const v
 }
 
 template <int N, bool TRANS>
-inline void ldmatrix(int line, const char* what, unsigned* r, const void* row) {
+inline __attribute__((always_inline)) void ldmatrix(int line, const char* what, unsigned* r, const void* row) {
     const unsigned lane = emu_ctx.cur->linear % 32u;
     Row16 mine = {0, 0, 0, 0};
     // Only the lanes whose addresses this form uses read (x1: lanes 0-7, x2: 0-15, x4: all).
