@@ -1,8 +1,10 @@
 # nbgrader configuration for "FlashAttention from scratch" (nbgrader 0.9.6).
 #
 # nbgrader reads this file from the current directory only: run every `nbgrader` command
-# from the repository root (from a subfolder nbgrader silently starts a new, empty gradebook).
-# Put the virtual environment's bin/ first on PATH: nbgrader runs `alembic` as a subprocess.
+# (and `jupyter lab` for Formgrader) from the repository root; from a subfolder nbgrader
+# silently starts a new, empty gradebook. This file puts the interpreter's bin/ first on PATH
+# (nbgrader runs `alembic` as a subprocess), keeps the exchange inside the course
+# (grading/exchange) and reads the grading seed from grading/seed when that file exists.
 #
 #   notebooks/<module>/          instructor notebooks (nbgrader "source")
 #   exercises/<module>/          what students get (nbgrader "release")
@@ -17,7 +19,13 @@ import os
 import sys
 
 try:
-    from grader.nbgrader_cuda import ClearSolutionsCuda, HideHiddenTestTracebacks, LimitOutputBytes
+    from grader.nbgrader_cuda import (
+        ClearHiddenTestsFeedback,
+        ClearSolutionsCuda,
+        HideHiddenTestTracebacks,
+        LimitOutputBytes,
+        OverwriteReleasedCells,
+    )
 except ImportError as err:
     # A Python error in this file is only logged by nbgrader, which then carries on with its
     # defaults: Python stubs in CUDA cells and hidden tests shown in feedback. Stop instead.
@@ -35,6 +43,7 @@ from nbgrader.preprocessors import (
     ClearMarkScheme,
     ClearOutput,
     ComputeChecksums,
+    DeduplicateIds,
     Execute,
     GetGrades,
     IgnorePattern,
@@ -42,6 +51,7 @@ from nbgrader.preprocessors import (
     InstantiateTests,
     LimitOutput,
     LockCells,
+    OverwriteKernelspec,
     SaveAutoGrades,
     SaveCells,
 )
@@ -59,6 +69,42 @@ c.CourseDirectory.db_url = "sqlite:///grading/gradebook.db"  # relative to the c
 # SQLite cannot create the file in a missing folder ("unable to open database file"), and
 # grading/ is git-ignored, so a fresh clone lacks it.
 os.makedirs("grading", exist_ok=True)
+
+# ---------------------------------------------------------------- environment of nbgrader
+# nbgrader creates and migrates the gradebook by running `alembic` as a subprocess, found on
+# PATH. Run from a virtual environment without activating it (`.venv/bin/jupyter lab`,
+# `.venv/bin/nbgrader`), its bin/ is not on PATH: Formgrader then hung on its first load
+# (FileNotFoundError: 'alembic') and left a gradebook without its alembic_version table.
+_bin = os.path.dirname(sys.executable)
+if os.path.exists(os.path.join(_bin, "alembic")) and os.environ.get("PATH", "").split(os.pathsep)[0] != _bin:
+    os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
+
+# The secret grading seed (see README, "The secret seed"): GRADER_SEED in the environment, or
+# the first line of grading/seed (git-ignored), which also reaches Formgrader's autograde
+# button. Notebook kernels that nbgrader starts inherit this environment.
+if not os.environ.get("GRADER_SEED") and os.path.exists("grading/seed"):
+    with open("grading/seed") as _f:
+        _seed = _f.readline().strip()
+    if _seed:
+        os.environ["GRADER_SEED"] = _seed
+
+# ---------------------------------------------------------------- exchange
+# nbgrader's exchange (release_assignment / fetch / submit / collect between accounts of one
+# JupyterHub) defaults to /usr/local/share/nbgrader/exchange, which usually does not exist:
+# Formgrader then logged at CRITICAL on every page load and showed a banner. This course hands
+# out exercises/ by git or the student bundle (`python -m grader release --student DIR`) and
+# collects notebooks into grading/submitted/ by hand or with `nbgrader zip_collect`, so the
+# exchange lives inside the course, where it is always writable. On a shared JupyterHub, point
+# c.Exchange.root at a folder every account can write (and keep c.CourseDirectory.course_id).
+c.CourseDirectory.course_id = "flash-attention-course"
+c.Exchange.root = os.path.abspath("grading/exchange")
+os.makedirs(c.Exchange.root, exist_ok=True)
+
+# ---------------------------------------------------------------- feedback pages, offline
+# nbconvert's HTML pages load MathJax from a CDN; offline, formulas show as TeX source.
+# GRADER_MATHJAX_URL points them at a local copy (e.g. a MathJax 2 tex-chtml.js you serve).
+if os.environ.get("GRADER_MATHJAX_URL"):
+    c.HTMLExporter.mathjax_url = os.environ["GRADER_MATHJAX_URL"]
 
 # ---------------------------------------------------------------- generate_assignment
 # nbgrader's default list with ClearSolutions replaced: %%cuda cells get `// YOUR CODE HERE`.
@@ -84,6 +130,16 @@ c.GenerateAssignment.preprocessors = [
 c.GenerateSolution.preprocessors = [IncludeHeaderFooter, LockCells, ClearOutput, ClearMarkScheme]
 
 # ---------------------------------------------------------------- autograde
+# nbgrader's sanitize list with OverwriteCells replaced: a hidden-test cell handed in exactly as
+# released no longer logs "checksum has changed!" (its released source lacks the hidden tests,
+# so stock nbgrader warned for every such cell of every submission); a changed cell still does.
+c.Autograde.sanitize_preprocessors = [
+    ClearOutput,
+    DeduplicateIds,
+    OverwriteKernelspec,
+    OverwriteReleasedCells,
+    CheckCellMetadata,
+]
 # Scores are saved (SaveAutoGrades) before the byte cap, so capping never changes a grade.
 c.Autograde.autograde_preprocessors = [
     Execute,
@@ -119,9 +175,10 @@ c.LimitOutputBytes.max_rich_bytes = 2_000_000  # plots and other binary outputs 
 # ---------------------------------------------------------------- generate_feedback
 # Hidden tests stay hidden: their error tracebacks are cut to the message (IPython's traceback
 # quotes the failing source line), then their source is removed.
+# (ClearHiddenTestsFeedback is ClearHiddenTests that takes nbconvert's display_data_priority.)
 c.GenerateFeedback.preprocessors = [
     HideHiddenTestTracebacks,
-    ClearHiddenTests,
+    ClearHiddenTestsFeedback,
     LimitOutputBytes,
     GetGrades,
     CSSHTMLHeaderPreprocessor,

@@ -28,8 +28,11 @@ def options(d: int, causal: bool) -> tuple:
     return (f"-DHEAD_DIM={d}", f"-DCAUSAL={int(causal)}")
 
 
-def shared_bytes(d: int) -> int:
-    return 3 * TILE * (d + 8) * 2
+# version -> (query rows per block, threads per block, shared bytes for head dim d)
+VERSIONS = {
+    "tc_flash_fwd": (64, 128, lambda d: 3 * TILE * (d + 8) * 2),
+    "tc_flash_fwd_pipe": (128, 256, lambda d: (128 + 4 * TILE) * (d + 8) * 2),
+}
 
 
 def inputs(B, H, S, d, seed, bf16):
@@ -48,18 +51,19 @@ def as_float(x, bf16):
     return (x.astype(np.uint32) << 16).view(np.float32) if bf16 else x.astype(np.float32)
 
 
-def check(B, H, S, d, causal, bf16, seed=0):
+def check(B, H, S, d, causal, bf16, seed=0, version="tc_flash_fwd"):
     """Run once (emulator or GPU, whichever grader uses) and compare with float64 attention."""
     q, k, v = inputs(B, H, S, d, seed, bf16)
     o = np.zeros_like(q)
     lse = np.zeros((B, H, S), np.float32)
     scale = 1.0 / math.sqrt(d)
-    kern = grader.RawKernel(SOURCE, f"tc_flash_fwd_{'bf16' if bf16 else 'f16'}", options=options(d, causal))
-    kern.max_dynamic_shared_size_bytes = shared_bytes(d)
+    rows, threads, smem = VERSIONS[version]
+    kern = grader.RawKernel(SOURCE, f"{version}_{'bf16' if bf16 else 'f16'}", options=options(d, causal))
+    kern.max_dynamic_shared_size_bytes = smem(d)
     dq, dk, dv, do, dl = (grader.to_device(x) for x in (q, k, v, o, lse))
     start = time.perf_counter()
-    kern((math.ceil(S / TILE), H, B), (128,), (dq, dk, dv, do, dl, np.int32(S), np.float32(scale)),
-         shared_mem=shared_bytes(d))
+    kern((math.ceil(S / rows), H, B), (threads,), (dq, dk, dv, do, dl, np.int32(S), np.float32(scale)),
+         shared_mem=smem(d))
     seconds = time.perf_counter() - start
     got_o, got_l = as_float(grader.to_host(do), bf16), grader.to_host(dl)
     want_o, want_l = ref.attention_forward(*(as_float(x, bf16) for x in (q, k, v)), scale=scale, causal=causal)
@@ -69,12 +73,13 @@ def check(B, H, S, d, causal, bf16, seed=0):
 
 
 def emulator_main():
-    for S, d, causal in [(1024, 64, False), (100, 64, True), (129, 128, False)]:
-        for bf16 in (False, True):
-            check(1, 1, S, d, causal, bf16)  # compile and warm the worker
-            secs, eo, el = check(1, 1, S, d, causal, bf16, seed=1)
-            print(f"S={S} d={d} causal={causal} {'bf16' if bf16 else 'fp16'}: {secs * 1e3:.0f} ms per launch, "
-                  f"max |O - ref| {eo:.2e}, max |L - ref| {el:.2e}")
+    for version in VERSIONS:
+        for S, d, causal in [(1024, 64, False), (100, 64, True), (200, 64, True), (129, 128, False)]:
+            for bf16 in (False, True):
+                check(1, 1, S, d, causal, bf16, version=version)  # compile and warm the worker
+                secs, eo, el = check(1, 1, S, d, causal, bf16, seed=1, version=version)
+                print(f"{version} S={S} d={d} causal={causal} {'bf16' if bf16 else 'fp16'}: {secs * 1e3:.0f} ms "
+                      f"per launch, max |O - ref| {eo:.2e}, max |L - ref| {el:.2e}", flush=True)
 
 
 CONFIGS = [(d, causal, dtype) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
@@ -90,18 +95,20 @@ def gpu_main(out: str | None, B=4, H=16, S=4096, repeats=3):
 
     from grader.benchmark import Budget, EventTimer, run_to_run_spread
 
-    for S_small, d, causal in [(100, 64, True), (129, 128, False), (256, 64, False), (200, 128, True)]:
-        for bf16 in (False, True):
-            _, eo, el = check(2, 3, S_small, d, causal, bf16, seed=7)
-            limit = 2e-2 if bf16 else 4e-3
-            status = "ok" if eo < limit and el < 1e-4 else "FAILED"
-            print(f"check S={S_small} d={d} causal={causal} {'bf16' if bf16 else 'fp16'}: "
-                  f"max |O - ref| {eo:.2e}, |L - ref| {el:.2e} {status}", flush=True)
-            if status != "ok":
-                raise SystemExit(1)
+    for version in VERSIONS:
+        for S_small, d, causal in [(100, 64, True), (129, 128, False), (256, 64, False), (300, 128, True)]:
+            for bf16 in (False, True):
+                _, eo, el = check(2, 3, S_small, d, causal, bf16, seed=7, version=version)
+                limit = 2e-2 if bf16 else 4e-3
+                status = "ok" if eo < limit and el < 1e-4 else "FAILED"
+                print(f"check {version} S={S_small} d={d} causal={causal} {'bf16' if bf16 else 'fp16'}: "
+                      f"max |O - ref| {eo:.2e}, |L - ref| {el:.2e} {status}", flush=True)
+                if status != "ok":
+                    raise SystemExit(1)
 
     timer, budget = EventTimer(), Budget(min_runs=10, min_ms=300.0, max_ms=3000.0)
     stream = cupy.cuda.Stream(non_blocking=True)
+    torch_stream = torch.cuda.ExternalStream(stream.ptr)
     records = []
     for d, causal, dtype in CONFIGS:
         tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
@@ -109,26 +116,7 @@ def gpu_main(out: str | None, B=4, H=16, S=4096, repeats=3):
         q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=tdt, generator=gen) for _ in range(3))
         o = torch.empty_like(q)
         lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-        kern = grader.RawKernel(SOURCE, f"tc_flash_fwd_{'bf16' if dtype == 'bf16' else 'f16'}", options=options(d, causal))
-        kern.compile()
-        raw = kern._compiled._kernel
-        raw.max_dynamic_shared_size_bytes = shared_bytes(d)
-        args = tuple(np.uint64(t.data_ptr()) for t in (q, k, v, o, lse)) + (np.int32(S), np.float32(1 / math.sqrt(d)))
-        grid = (math.ceil(S / TILE), H, B)
-        torch_stream = torch.cuda.ExternalStream(stream.ptr)
-
-        def ours():
-            raw(grid, (128,), args, shared_mem=shared_bytes(d))
-
-        with torch.cuda.stream(torch_stream):
-            ours()
-            stream.synchronize()
-            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            torch.cuda.synchronize()
-            err = float((o.float() - want.float()).abs().max())
         flops = 4 * B * H * S * S * d / (2 if causal else 1)
-        times = [budget.measure(timer, ours, stream).median for _ in range(repeats)]
-        ms = float(np.median(times))
         base = {}
         for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
             def sdpa(backend=backend):
@@ -139,21 +127,42 @@ def gpu_main(out: str | None, B=4, H=16, S=4096, repeats=3):
                 base[name] = float(np.median([budget.measure(timer, sdpa, stream).median for _ in range(repeats)]))
             except RuntimeError as e:
                 print(f"  {name} unavailable: {str(e).splitlines()[0]}")
-        tf = flops / ms / 1e9
-        flash_ms = base.get("sdpa_flash")
-        rec = dict(kernel=f"tc_flash_fwd_d{d}{'_causal' if causal else ''}", dtype=dtype, d=d, causal=causal, B=B, H=H,
-                   S=S, ms=round(ms, 4), tflops=round(tf, 1), baseline="sdpa_flash",
-                   baseline_tflops=round(flops / flash_ms / 1e9, 1) if flash_ms else None,
-                   ratio=round(flash_ms / ms, 3) if flash_ms else None, run_to_run=round(run_to_run_spread(times), 4),
-                   max_abs_err_vs_sdpa=err, device=torch.cuda.get_device_name())
-        if "sdpa_cudnn" in base:
-            rec.update(cudnn_ms=round(base["sdpa_cudnn"], 4), cudnn_tflops=round(flops / base["sdpa_cudnn"] / 1e9, 1))
-        records.append(rec)
-        print(f"{rec['kernel']:24s} {dtype}: {ms:8.3f} ms {tf:6.1f} TF/s | flash {rec['baseline_tflops']} TF/s, "
-              f"ratio {rec['ratio']} | cuDNN {rec.get('cudnn_tflops')} TF/s | run-to-run {rec['run_to_run']:.3f} "
-              f"| max |O - sdpa| {err:.1e}", flush=True)
-        if out:
-            Path(out).write_text(json.dumps(records, indent=1))
+        with torch.cuda.stream(torch_stream):
+            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.cuda.synchronize()
+        for version, (rows, threads, smem) in VERSIONS.items():
+            kern = grader.RawKernel(SOURCE, f"{version}_{'bf16' if dtype == 'bf16' else 'f16'}", options=options(d, causal))
+            kern.compile()
+            raw = kern._compiled._kernel
+            raw.max_dynamic_shared_size_bytes = smem(d)
+            args = tuple(np.uint64(x.data_ptr()) for x in (q, k, v, o, lse)) + (np.int32(S), np.float32(1 / math.sqrt(d)))
+            grid = (math.ceil(S / rows), H, B)
+
+            def ours():
+                raw(grid, (threads,), args, shared_mem=smem(d))
+
+            with stream:
+                ours()
+            stream.synchronize()
+            err = float((o.float() - want.float()).abs().max())
+            times = [budget.measure(timer, ours, stream).median for _ in range(repeats)]
+            ms = float(np.median(times))
+            tf = flops / ms / 1e9
+            flash_ms = base.get("sdpa_flash")
+            rec = dict(kernel=f"{version}_d{d}{'_causal' if causal else ''}", dtype=dtype, d=d, causal=causal, B=B,
+                       H=H, S=S, ms=round(ms, 4), tflops=round(tf, 1), baseline="sdpa_flash",
+                       baseline_tflops=round(flops / flash_ms / 1e9, 1) if flash_ms else None,
+                       ratio=round(flash_ms / ms, 3) if flash_ms else None,
+                       run_to_run=round(run_to_run_spread(times), 4), max_abs_err_vs_sdpa=err,
+                       device=torch.cuda.get_device_name())
+            if "sdpa_cudnn" in base:
+                rec.update(cudnn_ms=round(base["sdpa_cudnn"], 4), cudnn_tflops=round(flops / base["sdpa_cudnn"] / 1e9, 1))
+            records.append(rec)
+            print(f"{rec['kernel']:30s} {dtype}: {ms:8.3f} ms {tf:6.1f} TF/s | flash {rec['baseline_tflops']} TF/s, "
+                  f"ratio {rec['ratio']} | cuDNN {rec.get('cudnn_tflops')} TF/s | run-to-run {rec['run_to_run']:.3f} "
+                  f"| max |O - sdpa| {err:.1e}", flush=True)
+            if out:
+                Path(out).write_text(json.dumps(records, indent=1))
     return records
 
 

@@ -10,6 +10,10 @@
         [--case NAME] [--json out.json]            (coalescing: sectors; bank conflicts: wavefronts)
     python -m grader demo                          the whole nbgrader pipeline on a demo class
     python -m grader release                       regenerate exercises/ and solutions/
+    python -m grader release --student DIR         write the student bundle (no solutions, notebooks/ or tests)
+    python -m grader start [DIR]                   copy the release into your working folder (~/flash-course-work)
+    python -m grader doctor                        backend, tools, what is missing and how to install it
+    python -m grader autograde MODULE              clean, sandboxed grading into the gradebook (--help)
 """
 from __future__ import annotations
 
@@ -49,10 +53,9 @@ def _check(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(result.summary())
-    for r in result.results:
-        if not r.passed:
-            print("\n" + r.message)
-            break
+    # Faults first: a race or an out-of-bounds access explains wrong numbers in other cases.
+    if not result.passed:
+        print("\n" + result.first_failure().message)
     return 0 if result.passed else 1
 
 
@@ -115,13 +118,44 @@ def _demo(args) -> int:
 
 
 def _release(args) -> int:
+    if args.student:
+        from .student import student_bundle
+
+        try:
+            student_bundle(args.student, package=args.package)
+        except (OSError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     from .classroom import release
 
     release()
     return 0
 
 
+def _start(args) -> int:
+    from .student import start
+
+    try:
+        start(args.dir)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _doctor(args) -> int:
+    from .doctor import main as doctor
+
+    return doctor(args)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["autograde"]:  # its own parser: grader/autograde/cli.py
+        from .autograde.cli import main as autograde_main
+
+        return autograde_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m grader", description="FlashAttention from scratch: run and check kernels")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every exercise with kernel name, signature and launch shape").set_defaults(run=_list)
@@ -153,7 +187,17 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="also write the profile as JSON")
     p.set_defaults(run=_profile)
     sub.add_parser("demo", help="release, grade and give feedback to a demo class on this machine").set_defaults(run=_demo)
-    sub.add_parser("release", help="regenerate exercises/ and solutions/ from notebooks/").set_defaults(run=_release)
+    p = sub.add_parser("release", help="regenerate exercises/ and solutions/ from notebooks/ (--student DIR: write the student bundle)")
+    p.add_argument("--student", metavar="DIR", help="write what students get into DIR instead: exercises/, readings, "
+                   "plots, install instructions; no solutions, instructor notebooks or tests")
+    p.add_argument("--package", help="what the bundle's README tells students to pip install (default: this repository's folder)")
+    p.set_defaults(run=_release)
+    p = sub.add_parser("start", help="copy the release into your own working folder (default ~/flash-course-work)")
+    p.add_argument("dir", nargs="?", help="the working folder (created; existing files are kept)")
+    p.set_defaults(run=_start)
+    p = sub.add_parser("doctor", help="backend, tools, what is missing and the command that installs it")
+    p.add_argument("--json", action="store_true", help="print the items as JSON")
+    p.set_defaults(run=_doctor)
     args = parser.parse_args(argv)
     return args.run(args)
 

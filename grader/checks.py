@@ -1,25 +1,52 @@
-"""Declaring exercises and judging a student's kernel against the float64 references.
+"""Judging a student's kernel against the float64 references.
 
-An exercise is data: how to build inputs for a case, the reference that gives the expected
-outputs, how the student's kernel is launched, and the cases as rows. A check compiles the
-kernel *from its source string* (never trusting the student's Python objects), launches every
-case on freshly poisoned outputs, and on failure writes a message a student can act on: the
-case, how many elements differ, the first few, what was never written, NaN/inf counts, and --
-where a known wrong computation reproduces the output -- the mistake itself.
+An exercise is data (declared with the vocabulary of :mod:`grader.exercise_rows`): how to build
+inputs for a case, the reference that gives the expected outputs, how the student's kernel is
+launched, and the cases as rows. A check compiles the kernel *from its source string* (never
+trusting the student's Python objects), launches every case on freshly poisoned outputs, and
+on failure writes a message a student can act on: the case, how many elements differ, the
+first few, what was never written, NaN/inf counts, and -- where a known wrong computation
+reproduces the output -- the mistake itself.
+
+The comparison rule
+-------------------
+An element passes when
+
+    want is finite and  |got - want| <= atol + rtol * max(|want|, size)
+    want is +inf or -inf and  got == want   (same sign: 0, -1e30, -FLT_MAX or +inf where
+                                             -inf is expected all fail)
+    want is NaN and  got is NaN              (NaN anywhere else fails)
+
+``(rtol, atol)`` come from ``TOLERANCES`` (output dtype, backend). ``size`` is the size of the
+terms the element is computed from, declared per exercise (``Exercise.magnitude``): for a
+matmul ``sum_k |a_ik b_kj|``; for attention outputs ``(1 + R_i) * sum_j P_ij |V_jc|`` with
+``R_i = max_j scale * sum_c |q_ic k_jc|`` (a float32 score carries an absolute error of a few
+ulps of R_i, which exp turns into a relative error of P); for L = m + log l, ``|L_i| + R_i``; the
+backward outputs likewise from |P|, |dS| and the inputs. Without a declared size it is ``|want|``.
+So a correct float32 kernel stays well inside the tolerance however large the logits (checked by
+``tests/checks/test_margins.py``: no solution comes within a factor 3 of it), while a wrong one
+is not hidden behind a loose absolute bound.
+
+Inputs must come back unchanged: every input array is compared bit for bit with its original
+after the launch (on the emulator too: const arrays are copied back), so a write through a cast
+pointer fails the case by name. When any case faults (race, out-of-bounds access, deadlock,
+barrier misuse, time limit), that case's report is the one shown first (:attr:`CheckResult.first_failure`).
 """
 from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable
 
 import numpy as np
 
 from .arrays import empty, never_written, to_device, to_host, zeros
 from .backend import backend as active_backend
-from .errors import CourseError, KernelFault, RaceConditionError
+from .errors import BackendUnavailableError, CourseError, KernelFault, RaceConditionError
+# The vocabulary exercises are declared in lives in exercise_rows; re-exported here because
+# exercise modules may import it from grader.checks.
+from .exercise_rows import REGISTRY, Case, Exercise, Mistake, case, exercise, hidden  # noqa: F401
 
 # |got - expected| <= atol + rtol * |expected|, by output dtype and backend. The emulator runs
 # IEEE float32 without FMA contraction; GPUs contract to FMA and use approximate __expf, so
@@ -35,77 +62,6 @@ TOLERANCES = {
     ("int32", "gpu"): (0, 0),
 }
 SHOW_MISMATCHES = 5
-
-
-@dataclass(frozen=True)
-class Case:
-    """One row of an exercise's test table: a name, the shape parameters, and a seed."""
-
-    name: str
-    params: dict
-    seed: int = 0
-    hidden: bool = False
-
-    def describe(self, with_seed: bool = True) -> str:
-        shape = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        seed = f", seed={self.seed}" if with_seed else ""
-        return f"'{self.name}' ({shape}{seed})"
-
-
-def case(name: str, seed: int = 0, **params) -> Case:
-    return Case(name, params, seed)
-
-
-def hidden(name: str, **params) -> Case:
-    """A grading-only case; its seed is drawn when grading (see :func:`grading_seed`)."""
-    return Case(name, params, 0, hidden=True)
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """A recognisable wrong computation: if the kernel's outputs match ``wrong(p, inputs)``
-    (and the correct outputs differ from it on that case), the check names ``explain``."""
-
-    name: str
-    explain: str
-    wrong: Callable
-
-
-@dataclass
-class Exercise:
-    id: str
-    module: str
-    kernel: str
-    signature: str
-    launch_shape: str  # how the kernel is launched, in words, for students
-    make_inputs: Callable  # (p, rng) -> dict of host arrays (float32/...)
-    outputs: dict  # name -> (p -> (shape, dtype))
-    reference: Callable  # (p, inputs) -> dict name -> float64 array
-    args: Callable  # (p, arrays) -> tuple of kernel args in signature order
-    grid: Callable  # p -> grid
-    block: Callable  # p -> block
-    cases: list
-    shared_mem: Callable = lambda p: 0
-    scratch: dict = field(default_factory=dict)  # name -> (p -> (shape, dtype)): poisoned work arrays, not compared
-    zeroed: tuple = ()  # outputs the launch expects zero-filled (kernels that accumulate with atomics)
-    mistakes: list = field(default_factory=list)
-    race_check: bool = False  # run one case under the race detector (and a second schedule) on the emulator
-    race_case: str | None = None  # default: the last visible case, usually the largest (a barrier race needs several tiles)
-    options: tuple = ()
-
-    def visible_cases(self):
-        return [c for c in self.cases if not c.hidden]
-
-
-REGISTRY: dict[str, Exercise] = {}
-
-
-def exercise(**kwargs) -> Exercise:
-    ex = Exercise(**kwargs)
-    if ex.id in REGISTRY:
-        raise ValueError(f"exercise {ex.id!r} declared twice")
-    REGISTRY[ex.id] = ex
-    return ex
 
 
 def get_exercise(exercise_id: str) -> Exercise:
@@ -135,6 +91,7 @@ class CaseResult:
     case: Case
     passed: bool
     message: str
+    fault: bool = False  # the kernel faulted (race, out of bounds, barrier, time limit, ...)
 
 
 @dataclass
@@ -146,6 +103,13 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.results)
+
+    @property
+    def first_failure(self) -> CaseResult | None:
+        """The failure to show first: the first case that faulted, else the first that failed.
+        A fault (race, out-of-bounds access, ...) explains wrong numbers elsewhere, never the reverse."""
+        failed = [r for r in self.results if not r.passed]
+        return next((r for r in failed if r.fault), failed[0] if failed else None)
 
     def summary(self) -> str:
         lines = []
@@ -161,23 +125,52 @@ class CheckResult:
 # --------------------------------------------------------------------------- comparing
 
 
-def _within(got, want, rtol, atol):
-    with np.errstate(invalid="ignore"):
-        close = np.abs(got - want) <= atol + rtol * np.abs(want)
+def _size(want, magnitude):
+    """max(|want|, magnitude) with non-finite sizes made harmless (they only occur where the
+    expected value is itself non-finite, which is compared exactly)."""
+    size = np.abs(want)
+    if magnitude is not None:
+        size = np.maximum(size, np.broadcast_to(np.asarray(magnitude, np.float64), want.shape))
+    return np.where(np.isfinite(size), size, 0.0)
+
+
+def _within(got, want, rtol, atol, magnitude=None):
+    """Elementwise: does ``got`` match ``want`` under the rule of the module docstring."""
+    finite = np.isfinite(want)
+    with np.errstate(invalid="ignore", over="ignore"):
+        close = finite & (np.abs(got - want) <= atol + rtol * _size(want, magnitude))
     same_inf = np.isinf(want) & (got == want)
     both_nan = np.isnan(want) & np.isnan(got)
     return close | same_inf | both_nan
+
+
+def error_ratio(got, want, tol, magnitude=None) -> float:
+    """The largest ``|got - want| / (atol + rtol * size)`` over the elements (1 = at the edge of
+    the tolerance); ``inf`` when an infinity or NaN does not match."""
+    rtol, atol = tol
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    finite = np.isfinite(want)
+    if not _within(got[~finite], want[~finite], rtol, atol).all() or not np.isfinite(got[finite]).all():
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    allowed = atol + rtol * _size(want, magnitude)[finite]
+    err = np.abs(got[finite] - want[finite])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err == 0, 0.0, err / allowed)  # exact outputs (integers) have no room at all
+    return float(ratio.max())
 
 
 def _fmt_index(name, idx):
     return f"{name}[{', '.join(str(int(i)) for i in idx)}]"
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.ndarray, backend: str = "cpu") -> str | None:
+def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.ndarray, backend: str = "cpu",
+            magnitude=None) -> str | None:
     """None when ``got`` matches ``want``; otherwise a description of how it differs."""
     rtol, atol = tol
     gotf = got.astype(np.float64)
-    ok = _within(gotf, want, rtol, atol)
+    ok = _within(gotf, want, rtol, atol, magnitude)
     if ok.all():
         return None
     bad = ~ok
@@ -190,6 +183,16 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.nda
             f"  {int(never.sum())} element(s) of {name} were never written (still poisoned), "
             f"the first at {_fmt_index(name, first)}."
         )
+    for sign, inf in (("-inf", -np.inf), ("+inf", np.inf)):
+        missed = (want == inf) & bad & ~unwritten
+        if missed.any():
+            k = tuple(np.argwhere(missed)[0])
+            lines.append(f"  {int(missed.sum())} element(s) of {name} are not {sign} where {sign} was expected, the "
+                         f"first at {_fmt_index(name, k)} (got {gotf[k]:.6g}). Infinities must match exactly.")
+            if sign == "-inf":
+                lines.append("  -inf is the value of a row or state with no key at all (every key masked or "
+                             "padding, or an empty partial state): write -INFINITY itself, not 0, -1e30, "
+                             "-FLT_MAX or +INFINITY.")
     computed_nan = np.isnan(gotf) & ~unwritten & ~np.isnan(want)
     if computed_nan.any():
         lines.append(f"  {int(computed_nan.sum())} element(s) are NaN computed by the kernel, the first at {_fmt_index(name, np.argwhere(computed_nan)[0])}.")
@@ -198,15 +201,16 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.nda
         if backend == "cpu":
             lines.append("  On the emulator shared memory also starts as NaN, so reading a tile element no thread "
                          "stored (edges of a partial tile not zero-filled) shows up here.")
-    infs = np.isinf(gotf) & ~np.isinf(want)
+    infs = np.isinf(gotf) & np.isfinite(want)
     if infs.any():
         lines.append(f"  {int(infs.sum())} element(s) are +-inf where a finite value was expected, the first at {_fmt_index(name, np.argwhere(infs)[0])}.")
     written_bad = np.argwhere(bad & ~unwritten)[:SHOW_MISMATCHES]
     if len(written_bad):
-        lines.append("  first mismatches (got vs expected):")
+        allowed = atol + rtol * _size(want, magnitude)
+        lines.append("  first mismatches (got vs expected, allowed difference):")
         for idx in written_bad:
             t = tuple(idx)
-            lines.append(f"    {_fmt_index(name, idx)}: {gotf[t]:.6g} vs {want[t]:.6g}")
+            lines.append(f"    {_fmt_index(name, idx)}: {gotf[t]:.6g} vs {want[t]:.6g} (+-{allowed[t]:.2g})")
     return "\n".join(lines)
 
 
@@ -272,9 +276,8 @@ def _source_of(kernel) -> str:
     return str(code)
 
 
-def launch_case(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = False):
-    """Build a case's inputs, launch ``compiled`` on poisoned outputs; return
-    ``(p, inputs, expected, got)`` with host arrays. Kernel faults propagate."""
+def _launch(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = False):
+    """:func:`launch_case`, also returning the input arrays as they came back from the device."""
     p = SimpleNamespace(**c.params)
     inputs = ex.make_inputs(p, np.random.default_rng(seed))
     expected = ex.reference(p, inputs)
@@ -284,31 +287,90 @@ def launch_case(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = F
         arrays[name] = zeros(shape, dtype) if name in ex.zeroed else empty(shape, dtype)
     extra = {"race_check": True} if race_check else {}
     compiled(ex.grid(p), ex.block(p), ex.args(p, SimpleNamespace(**arrays)), shared_mem=ex.shared_mem(p), **extra)
-    return p, inputs, expected, {name: to_host(arrays[name]) for name in ex.outputs}
+    got = {name: to_host(arrays[name]) for name in ex.outputs}
+    after = {name: to_host(arrays[name]) for name in inputs if name not in ex.outputs and name not in ex.scratch}
+    return p, inputs, expected, got, after
+
+
+def launch_case(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = False):
+    """Build a case's inputs, launch ``compiled`` on poisoned outputs; return
+    ``(p, inputs, expected, got)`` with host arrays. Kernel faults propagate."""
+    return _launch(ex, compiled, c, seed, race_check)[:4]
+
+
+def changed_inputs(inputs: dict, after: dict) -> str | None:
+    """None when every input came back bit for bit; otherwise which one the kernel wrote into."""
+    for name, now in after.items():
+        orig, now = inputs[name], np.asarray(now)
+        a, b = np.ascontiguousarray(orig).view(np.uint8), np.ascontiguousarray(now).view(np.uint8)
+        if a.shape == b.shape and np.array_equal(a, b):
+            continue
+        diff = np.asarray(orig) != now
+        if np.asarray(orig).dtype.kind == "f":
+            diff &= ~(np.isnan(orig) & np.isnan(now))
+        k = np.argwhere(diff)[0] if diff.any() else np.zeros(np.ndim(orig), int)
+        t = tuple(k)
+        return (f"the kernel wrote into its input {name}: {int(diff.sum())} of {np.size(orig)} elements changed, "
+                f"the first {_fmt_index(name, k)} from {np.asarray(orig)[t]!r} to {now[t]!r}. Inputs are read-only "
+                "(`const`): never write through a cast pointer; keep intermediate values in registers, shared "
+                "memory or the outputs (the caller still needs its inputs, e.g. Q, K and V for the backward pass).")
+    return None
+
+
+def _tolerance(ex: Exercise, name: str, dtype: str, be: str):
+    return ex.tolerance.get(name) or TOLERANCES[(dtype, be)]
+
+
+def _magnitudes(ex: Exercise, p, inputs) -> dict:
+    return ex.magnitude(p, inputs) if ex.magnitude is not None else {}
 
 
 def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bool = False) -> CaseResult:
     shown = c.describe(with_seed=not c.hidden)
     try:
-        p, inputs, expected, got = launch_case(ex, compiled, c, seed, race_check)
+        p, inputs, expected, got, after = _launch(ex, compiled, c, seed, race_check)
     except RaceConditionError as err:
         hint = "" if err.explained else ("\n  Look for a missing __syncthreads(): after loading a tile, and again "
                                           "before the next iteration overwrites it.")
-        return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}{hint}")
+        return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}{hint}", fault=True)
     except KernelFault as err:
-        return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {err}")
+        return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {err}",
+                          fault=True)
+    wrote = changed_inputs(inputs, after)
+    if wrote:
+        return CaseResult(c, False, f"case {shown}: {wrote}")
+    mags = _magnitudes(ex, p, inputs)
     for name in ex.outputs:
         want = np.asarray(expected[name], dtype=np.float64)
         dtype = np.dtype(ex.outputs[name](p)[1]).name
         unwritten = never_written(got[name])
-        diff = compare(name, got[name], want, TOLERANCES[(dtype, be)], unwritten, be)
+        diff = compare(name, got[name], want, _tolerance(ex, name, dtype, be), unwritten, be, mags.get(name))
         if diff:  # the first wrong output explains the rest
-            hint = _named_mistake(ex, p, inputs, got, expected, be) or _generic_diagnosis(name, got[name], want, unwritten, c.params)
+            hint = (_named_mistake(ex, p, inputs, got, expected, be, mags)
+                    or _generic_diagnosis(name, got[name], want, unwritten, c.params))
             return CaseResult(c, False, f"case {shown}: {diff}" + (f"\n  Likely mistake: {hint}" if hint else ""))
     return CaseResult(c, True, shown)
 
 
-def _named_mistake(ex, p, inputs, got, expected, be) -> str | None:
+def case_margins(ex: Exercise, compiled, c: Case, seed: int, be: str) -> dict:
+    """``{output: error ratio}`` of one launch (see :func:`error_ratio`): how close a kernel's
+    outputs sit to the edge of the tolerance (1.0 = at the edge). For tests of correct kernels."""
+    p, inputs, expected, got, after = _launch(ex, compiled, c, seed)
+    if changed_inputs(inputs, after):
+        return {name: float("inf") for name in ex.outputs}
+    mags = _magnitudes(ex, p, inputs)
+    out = {}
+    for name in ex.outputs:
+        dtype = np.dtype(ex.outputs[name](p)[1]).name
+        out[name] = error_ratio(got[name], expected[name], _tolerance(ex, name, dtype, be), mags.get(name))
+    return out
+
+
+def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
+    """Every declared mistake that reproduces the outputs on this case (all of them when
+    several do: a kernel's numbers cannot tell them apart here), or None."""
+    mags = mags or {}
+    found = []
     for m in ex.mistakes:
         wrong = m.wrong(p, inputs)
         if wrong is None:
@@ -316,21 +378,23 @@ def _named_mistake(ex, p, inputs, got, expected, be) -> str | None:
         matches, distinct = True, False
         for name, w in wrong.items():
             dtype = np.dtype(ex.outputs[name](p)[1]).name
-            rtol, atol = TOLERANCES[(dtype, be)]
+            rtol, atol = _tolerance(ex, name, dtype, be)
             w = np.asarray(w, dtype=np.float64)
             loose = (rtol * 10, atol * 10)
             g = got[name].astype(np.float64)
             # A buggy kernel often leaves a row it masked completely as 0/0 = NaN where the
             # simulated mistake writes that row's convention (O = 0, L = -inf): same mistake.
             empty_row = np.isnan(g) & ((w == 0) | np.isneginf(w))
-            if not (_within(g, w, *loose) | empty_row).all():
+            if not (_within(g, w, *loose, mags.get(name)) | empty_row).all():
                 matches = False
                 break
-            if not _within(np.asarray(expected[name], dtype=np.float64), w, *loose).all():
+            if not _within(np.asarray(expected[name], dtype=np.float64), w, *loose, mags.get(name)).all():
                 distinct = True
         if matches and distinct:
-            return f"{m.name}: {m.explain}"
-    return None
+            found.append(f"{m.name}: {m.explain}")
+    if not found:
+        return None
+    return found[0] + "".join(f"\n  Or (the same numbers on this case): {f}" for f in found[1:])
 
 
 def run_check(exercise_id: str, source: str, *, include_hidden: bool = False, backend: str | None = None,
@@ -355,8 +419,28 @@ def run_check(exercise_id: str, source: str, *, include_hidden: bool = False, ba
         try:
             results.append(run_case(ex, compiled, c, case_seed, be, race_check=race))
         except CourseError as err:
-            results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}"))
+            results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}", fault=True))
+    if ex.profile_check is not None and all(r.passed for r in results):
+        results.append(_profile_result(ex, compiled, be))
     return CheckResult(ex.id, be, results)
+
+
+def _profile_result(ex: Exercise, compiled, be: str) -> CaseResult:
+    """The exercise's memory property (``Exercise.profile_check``), judged on the emulator's
+    profile of one case; the values have passed already. A GPU has no such profiler here."""
+    c = next((c for c in ex.cases if c.name == ex.profile_case), None) or ex.visible_cases()[0]
+    shown = c.describe()
+    if be != "cpu":
+        return CaseResult(c, True, f"{shown}: memory profile not checked: the profiler is part of the CPU "
+                                   "emulator (GRADER_BACKEND=cpu)")
+    try:
+        launch_case(ex, lambda *a, **kw: compiled(*a, profile=True, **kw), c, c.seed)
+    except BackendUnavailableError as err:
+        return CaseResult(c, True, f"{shown}: memory profile not checked: {err}")
+    why = ex.profile_check(compiled.last_launch.profile, SimpleNamespace(**c.params))
+    if why:
+        return CaseResult(c, False, f"case {shown}: the values are right, but the memory profile is not.\n  {why}")
+    return CaseResult(c, True, f"{shown}: memory profile as required")
 
 
 def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False) -> None:
@@ -366,6 +450,6 @@ def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False
     result = run_check(exercise_id, _source_of(kernel), include_hidden=hidden)
     if not quiet:
         print(result.summary())
-    failed = [r for r in result.results if not r.passed]
-    if failed:
-        raise CheckFailed(f"{exercise_id}: {failed[0].message}")
+    first = result.first_failure
+    if first is not None:
+        raise CheckFailed(f"{exercise_id}: {first.message}")

@@ -207,7 +207,9 @@ def bug_candidates(source: str):
     becomes ``a <= b`` (and ``a >= b`` becomes ``a > b``), one at a time: a bounds guard or a
     loop that runs one element too far. Lines inside the solution region come first, then the
     rest of the kernel (comments and the magic line excluded). Yields ``(buggy source,
-    description)``."""
+    description)``. The description quotes a changed line only when it lies outside the solution
+    region (code every student is given); inside it, it names the line and the operator, so that
+    the demo's report never prints a line of the solution."""
     lines = source.split("\n")
     inside = [False] * len(lines)
     state = False
@@ -227,7 +229,11 @@ def bug_candidates(source: str):
                 new = " <= " if m.group(1) == "<" else " > "
                 fixed = code[: m.start()] + new + code[m.end():]
                 buggy = lines[:i] + [fixed + line[len(code):]] + lines[i + 1:]
-                yield "\n".join(buggy), f"off-by-one: `{code.strip()}` -> `{fixed.strip()}`"
+                if inside[i]:
+                    what = f"off-by-one on line {i + 1} of the cell (solution region): `{m.group(1)}` -> `{new.strip()}`"
+                else:
+                    what = f"off-by-one: `{code.strip()}` -> `{fixed.strip()}`"
+                yield "\n".join(buggy), what
 
 
 def inject_bug(source: str) -> tuple[str, str] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 
 from .errors import CourseError
+from .source import cell_code
 
 
 def _show_course_error(shell, etype, evalue, tb, tb_offset=None):
@@ -29,10 +30,12 @@ def cuda(line: str, cell: str):
         raise CourseError("usage: %%cuda KERNEL_NAME [compiler options]; the name must match the __global__ function in the cell")
     name, options = words[0], tuple(words[1:])
     namespace = get_ipython().user_ns
+    # Line numbers in every message count the %%cuda line as line 1, as the editor does.
+    code = cell_code(cell)
     # Bind the name even when the cell does not build, so a check cell below reports the
     # compile error itself instead of "name is not defined".
-    namespace[name] = cell
-    kernel = RawKernel(cell, name, options=options)
+    namespace[name] = code
+    kernel = RawKernel(code, name, options=options)
     namespace[name] = kernel
     kernel.compile()
 

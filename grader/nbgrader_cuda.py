@@ -15,6 +15,13 @@ Wired in by the repository's ``nbgrader_config.py``:
   last line (``CheckFailed: ...``) in feedback: IPython's traceback quotes the failing source
   line, which would show the hidden test that ``ClearHiddenTests`` removes from the source.
 
+* :class:`OverwriteReleasedCells` replaces ``OverwriteCells`` in ``autograde``: a hidden-test
+  cell handed in as released no longer logs "checksum has changed!", so the warning is left for
+  cells a student really changed.
+* :class:`ClearHiddenTestsFeedback` is ``ClearHiddenTests`` for ``generate_feedback``; with
+  :class:`AcceptsDisplayPriority` the course's preprocessors take nbconvert's shared
+  ``display_data_priority`` setting instead of warning about it.
+
 Importing this module needs nbgrader (the course pipeline), never the GPU or the emulator.
 """
 from __future__ import annotations
@@ -24,10 +31,10 @@ from typing import Tuple
 
 from nbconvert.exporters.exporter import ResourcesDict
 from nbformat.notebooknode import NotebookNode
-from traitlets import Integer, Unicode
+from traitlets import Integer, List, Unicode
 
 from nbgrader import utils
-from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions, NbGraderPreprocessor, OverwriteCells
 
 CUDA_MAGIC = "%%cuda"
 
@@ -35,6 +42,57 @@ CUDA_MAGIC = "%%cuda"
 def is_cuda_cell(cell: NotebookNode) -> bool:
     """A code cell whose first line is the ``%%cuda NAME`` cell magic."""
     return cell.cell_type == "code" and cell.source.lstrip().startswith(CUDA_MAGIC)
+
+
+class AcceptsDisplayPriority(NbGraderPreprocessor):
+    """``display_data_priority`` as a config trait. nbconvert's HTML exporter (``generate_feedback``)
+    configures it for every preprocessor; ``NbGraderPreprocessor`` redeclares it without
+    ``config=True``, so each of its subclasses logged "Config option `display_data_priority` not
+    recognized" once per feedback run. A base class (listed first)."""
+
+    display_data_priority = List(
+        ["text/html", "application/pdf", "text/latex", "image/svg+xml", "image/png", "image/jpeg", "text/plain"],
+        help="Accepted for nbconvert's shared configuration; unused here.",
+    ).tag(config=True)
+
+
+class ClearHiddenTestsFeedback(AcceptsDisplayPriority, ClearHiddenTests):
+    """nbgrader's ``ClearHiddenTests`` for ``generate_feedback`` (without the config warning)."""
+
+
+class OverwriteReleasedCells(OverwriteCells):
+    """nbgrader's ``OverwriteCells`` (``autograde`` restores locked cells from the gradebook),
+    silent about cells exactly as they were released.
+
+    A test cell with hidden tests is released without them, so its source never matches the
+    gradebook's, and stock nbgrader logs "Attribute 'checksum' for cell ... has changed!" for
+    every hidden-test cell of every submission, which reads as tampering. Here a locked cell
+    whose source equals the released one (the gradebook's source with the hidden-test region
+    removed, as ``generate_assignment`` does) gets the gradebook's source back first; a cell
+    the student changed still gets the warning (and is restored, as before)."""
+
+    begin_test_delimeter = Unicode("BEGIN HIDDEN TESTS", help="Marks a hidden test region.").tag(config=True)
+    end_test_delimeter = Unicode("END HIDDEN TESTS", help="Ends a hidden test region.").tag(config=True)
+
+    def released_source(self, source: str) -> str:
+        cell = NotebookNode(cell_type="code", source=source, metadata=NotebookNode())
+        stripper = ClearHiddenTests(begin_test_delimeter=self.begin_test_delimeter,
+                                    end_test_delimeter=self.end_test_delimeter, enforce_metadata=False)
+        stripper._remove_hidden_test_region(cell)
+        return cell.source
+
+    def preprocess_cell(self, cell: NotebookNode, resources: ResourcesDict, cell_index: int) -> Tuple[NotebookNode, ResourcesDict]:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id is not None and utils.is_locked(cell):
+            try:
+                source_cell = self.gradebook.find_source_cell(grade_id, self.notebook_id, self.assignment_id)
+            except Exception:  # noqa: BLE001  (MissingEntry: the parent reports it)
+                source_cell = None
+            if (source_cell is not None and source_cell.locked and cell.source != source_cell.source
+                    and self.begin_test_delimeter in source_cell.source
+                    and cell.source == self.released_source(source_cell.source)):
+                cell.source = source_cell.source
+        return super().preprocess_cell(cell, resources, cell_index)
 
 
 class ClearSolutionsCuda(ClearSolutions):
@@ -104,7 +162,7 @@ def _nbytes(value) -> int:
     return len(str(value).encode("utf-8"))
 
 
-class LimitOutputBytes(NbGraderPreprocessor):
+class LimitOutputBytes(AcceptsDisplayPriority):
     """Cap each code cell's outputs in bytes: ``max_bytes`` of text (streams, errors, text
     representations) and ``max_rich_bytes`` of everything else (plots: a matplotlib PNG is
     50-100 KB). Counting bytes, not lines, is what keeps a student's
@@ -206,7 +264,7 @@ class LimitOutputBytes(NbGraderPreprocessor):
         out.traceback = lines
 
 
-class HideHiddenTestTracebacks(NbGraderPreprocessor):
+class HideHiddenTestTracebacks(AcceptsDisplayPriority):
     """In cells holding hidden tests, keep only an error's last line (``ename: evalue``).
 
     Run before ``ClearHiddenTests`` (which recognises the cells by the same delimiter and then

@@ -19,6 +19,15 @@ def translation_unit(code: str) -> str:
     return f'#include "course.cuh"\n{_STUDENT_START}{code}'
 
 
+def cell_code(cell: str) -> str:
+    """The kernel code of a ``%%cuda`` cell body, numbered as the cell shows it.
+
+    IPython hands the magic the cell without its ``%%cuda NAME`` line; an empty first line in
+    its place keeps every line number the compilers, the emulator and the profiler report equal
+    to the one the notebook editor shows (the ``%%cuda`` line is line 1)."""
+    return "\n" + cell
+
+
 def student_code(source: str) -> str:
     """The student's code back out of a translation unit (the inverse of the above)."""
     at = source.find(_STUDENT_START)

@@ -88,6 +88,11 @@ __all__ = [
     "translation_unit", "shutdown",
 ]
 
+# What a race check without the clang build says instead of guessing at the cause.
+RACE_DETECTOR_MISSING = (
+    "race check unavailable: install clang-16 (apt-get install clang-16), whose traced build "
+    "runs the race detector that names the two threads and their lines."
+)
 STATIC_SHARED_LIMIT = 48 * 1024
 SHARED_LIMIT = 227 * 1024
 DEFAULT_TIME_LIMIT = 20.0
@@ -236,7 +241,7 @@ class EmulatedKernel:
                 second, _, _, _ = self._run(backend, race_lib or lib, grid, block, shared_mem, args, limit,
                                             reverse=True, align_start=True, count_io=False,
                                             race=race_lib is not None)
-                self._compare(args, first, second)
+                self._compare(args, first, second, detector=race_lib is not None)
             for i, data in first.items():
                 args[i].reshape(-1).view(np.uint8)[:] = data
         prof = build_profile(self.name, lib.path, lib.source_lines, sites) if profile else None
@@ -310,7 +315,9 @@ class EmulatedKernel:
                     f"{self.name}: the kernel wrote past the end of {p.name} (within the {ARRAY_ALIGN} bytes after "
                     f"its last element). Check the tail: the last vector or tile must stop at the array's end.",
                     kernel=self.name)
-        outputs = {s.index: worker.view(s).copy() for s in slots if not self.signature.params[s.index].const}
+        # Const arrays come back too: a kernel that writes into an input through a cast pointer
+        # must show it (on a GPU the write lands in the caller's array), not have it dropped here.
+        outputs = {s.index: worker.view(s).copy() for s in slots}
         io = None
         if count_io:
             io = self._io_counts(outcome.io, args)
@@ -327,7 +334,7 @@ class EmulatedKernel:
 
     # ------------------------------------------------------------------ race check
 
-    def _compare(self, args, first: dict, second: dict) -> None:
+    def _compare(self, args, first: dict, second: dict, detector: bool = True) -> None:
         for i, a_bytes in first.items():
             b_bytes = second[i]
             if np.array_equal(a_bytes, b_bytes):
@@ -346,10 +353,25 @@ class EmulatedKernel:
             where = f"{p.name}[{k}]"
             if arr.ndim > 1:
                 where += f" (index {tuple(int(v) for v in np.unravel_index(k, arr.shape))} of shape {arr.shape})"
+            differ = (f"{where} is {a[k]!r} in one and {b[k]!r} in the other "
+                      f"({int((~same).sum())} of {same.size} elements differ)")
+            if not detector:
+                # Without the detector nothing tells a missing __syncthreads() from two threads
+                # (or blocks) writing one element, e.g. an index that leaves out the head: say
+                # what was seen and what is missing, and do not guess.
+                err = RaceConditionError(
+                    f"{self.name}: two legal schedules of the same launch (threads and blocks in the "
+                    f"opposite order) give different results: {differ}. Some accesses are not ordered: "
+                    "two threads or blocks write the same element, or one reads what another writes. "
+                    + (RACE_DETECTOR_MISSING if _toolchain.clang() is None else
+                       "The race detector could not run: clang rejected this kernel (g++ took it)."),
+                    kernel=self.name,
+                )
+                err.explained = True
+                raise err
             raise RaceConditionError(
                 f"{self.name}: race condition. Two legal schedules of the same launch (threads and blocks "
-                f"run in the opposite order) give different results: {where} is {a[k]!r} in one and "
-                f"{b[k]!r} in the other ({int((~same).sum())} of {same.size} elements differ).\n"
+                f"run in the opposite order) give different results: {differ}.\n"
                 "Some thread reads memory that another thread writes with no __syncthreads() (or atomic) "
                 "in between: typically a shared-memory tile overwritten for the next iteration while other "
                 "threads still read the current one. Put a __syncthreads() after the loads and another "

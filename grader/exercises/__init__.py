@@ -7,4 +7,6 @@ from . import (  # noqa: F401
     m04_flash_forward,
     m05_masking,
     m06_backward,
+    m07_memory_and_precision,
+    m08_tensor_cores,
 )

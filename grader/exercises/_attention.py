@@ -6,9 +6,19 @@ from .. import reference as ref
 F32 = np.float32
 
 
+FIRST_KEYS = 16  # ``falling`` lifts the first 16 keys: the first key tile of every exercise (16 or 32 wide)
+
+
 def qkv(p, rng):
     """Q, K, V as float32 [B, H, N, d]; ``spread`` scales Q (large logits), and ``rising``
-    makes later keys score higher for every query, so the running max grows tile after tile."""
+    makes later keys score higher for every query, so the running max grows tile after tile.
+
+    Extreme but legal logits move every query's score for key j by a chosen offset (through
+    feature 0: q[..., 0] = 1 and k[..., j, 0] = offset_j / scale):
+    ``negative=X``: every score is about -X (X > 87: exp(s) underflows, so a max that starts at
+    0 instead of -inf fails); ``falling=X``: the first 16 keys (in the first key tile) score X
+    above the rest, so later tiles' maxima lie far *below* the running max; ``late_peak=X``:
+    the last key scores X above the rest, so the max arrives in the last tile."""
     shape = (p.B, p.H, p.N, p.d)
     q = rng.standard_normal(shape) * getattr(p, "spread", 1.0)
     k = rng.standard_normal(shape)
@@ -16,6 +26,13 @@ def qkv(p, rng):
     if getattr(p, "rising", False):
         q[..., 0] = np.abs(q[..., 0]) + 1.0
         k[..., 0] += np.linspace(0.0, 6.0, p.N)
+    offset = np.zeros(p.N)
+    offset -= getattr(p, "negative", 0.0)
+    offset[:FIRST_KEYS] += getattr(p, "falling", 0.0)
+    offset[-1] += getattr(p, "late_peak", 0.0)
+    if offset.any():
+        q[..., 0] = 1.0
+        k[..., 0] = offset / float(scale_of(p))
     return dict(Q=q.astype(F32), K=k.astype(F32), V=v.astype(F32))
 
 
@@ -23,15 +40,72 @@ def scale_of(p):
     return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
 
 
+# --- the size of the terms behind each output (the tolerance scales with it, see grader/checks.py)
+
+
+def _keep_mask(n, causal=False, key_lengths=None):
+    """[B or 1, 1, N, N] boolean keep-mask, or None for no mask."""
+    keep = None
+    if causal:
+        keep = (np.arange(n)[None, :] <= np.arange(n)[:, None])[None, None]
+    if key_lengths is not None:
+        by_len = (np.arange(n)[None, :] < np.asarray(key_lengths)[:, None])[:, None, None, :]
+        keep = by_len if keep is None else keep & by_len
+    return keep
+
+
+def score_sizes(q, k, scale, keep=None):
+    """(T, R): T_ij = |scale| * sum_c |q_ic k_jc| (the size of the terms of score s_ij) and
+    R_i = max over the visible keys j of T_ij (0 for a row with none)."""
+    t = abs(scale) * (np.abs(np.asarray(q, np.float64)) @ np.swapaxes(np.abs(np.asarray(k, np.float64)), -1, -2))
+    if keep is not None:
+        t = np.where(keep, t, 0.0)
+    return t, t.max(axis=-1, initial=0.0)
+
+
+def forward_magnitude(x, scale, causal=False, key_lengths=None):
+    """{O, L}: (1 + R_i) * sum_j P_ij |V_jc| and |L_i| + R_i. A float32 score carries an absolute
+    error of a few ulps of R_i, which exp turns into a relative error of P_ij."""
+    keep = _keep_mask(x["Q"].shape[-2], causal, key_lengths)
+    _, r = score_sizes(x["Q"], x["K"], scale, keep)
+    s = ref.scaled_scores(x["Q"], x["K"], scale)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    pr = ref.softmax_rows(s)
+    o = (1.0 + r)[..., None] * (pr @ np.abs(np.asarray(x["V"], np.float64)))
+    lse = np.abs(ref.finalize_state(ref.partial_state(x["Q"], x["K"], x["V"], scale=scale, mask=keep))[1])
+    return dict(O=o, L=np.where(np.isfinite(lse), lse, 0.0) + r)
+
+
+def backward_magnitude(x, scale, causal=False):
+    """{dQ, dK, dV, D}: the backward outputs' sizes, built from P (with its relative error
+    (1 + R_i) from the scores), |dP| = |dO| |V|^T and |D|."""
+    q, k, v, do = (np.asarray(x[n], np.float64) for n in ("Q", "K", "V", "dO"))
+    keep = _keep_mask(q.shape[-2], causal)
+    _, r = score_sizes(q, k, scale, keep)
+    with np.errstate(over="ignore"):
+        pr = np.exp(scale * q @ np.swapaxes(k, -1, -2) - np.asarray(x["L"], np.float64)[..., None])
+    if keep is not None:
+        pr = np.where(keep, pr, 0.0)
+    pg = pr * (1.0 + r)[..., None]
+    ds = pg * (np.abs(do) @ np.swapaxes(np.abs(v), -1, -2) + np.abs(np.asarray(x["D"], np.float64))[..., None])
+    return dict(dV=np.swapaxes(pg, -1, -2) @ np.abs(do), dK=abs(scale) * np.swapaxes(ds, -1, -2) @ np.abs(q),
+                dQ=abs(scale) * ds @ np.abs(k),
+                D=(np.abs(do) * np.abs(np.asarray(x["O"], np.float64))).sum(-1))
+
+
 def forward_with_mask(x, scale, mask):
     """(O, L) of attention under an arbitrary boolean mask [B or 1, 1, N, N] (True = keep)."""
     return ref.finalize_state(ref.partial_state(x["Q"], x["K"], x["V"], scale=scale, mask=mask))
 
 
-def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None):
+def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None, running_max=True, keep=None):
     """FlashAttention's loop over key tiles of ``bc`` keys in float64, with switches that
     reproduce the classic bugs: forgetting to rescale the accumulator or the running sum
-    when a later tile raises the max, or processing only the first ``tiles`` tiles."""
+    when a later tile raises the max, processing only the first ``tiles`` tiles, or
+    (``running_max=False``) measuring the state against each tile's own max instead of the
+    running max: exact, until a tile's max lies more than 88.7 below the previous one and
+    float32's exp(m_old - m_tile) overflows to inf."""
     q, k, v = (np.asarray(x[n], np.float64) for n in ("Q", "K", "V"))
     n = k.shape[-2]
     m = np.full(q.shape[:-1], -np.inf)
@@ -40,43 +114,96 @@ def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None)
     for t, start in enumerate(range(0, n, bc)):
         if tiles is not None and t >= tiles:
             break
-        m_t, l_t, acc_t = ref.partial_state(q, k[..., start:start + bc, :], v[..., start:start + bc, :], scale=scale)
-        m_new = np.maximum(m, m_t)
-        alpha, beta = np.exp(m - m_new), np.exp(m_t - m_new)
-        ell = (alpha if rescale_l else 1.0) * ell + beta * l_t
-        acc = (alpha[..., None] if rescale_acc else 1.0) * acc + beta[..., None] * acc_t
+        tile_keep = None if keep is None else keep[..., start:start + bc]
+        m_t, l_t, acc_t = ref.partial_state(q, k[..., start:start + bc, :], v[..., start:start + bc, :], scale=scale,
+                                            mask=tile_keep)
+        m_new = np.maximum(m, m_t) if running_max else np.where(np.isneginf(m_t), m, m_t)
+        shift = np.where(np.isneginf(m_new), 0.0, m_new)  # no key yet: exp(-inf - 0) = 0, not NaN
+        with np.errstate(over="ignore", invalid="ignore"):
+            alpha, beta = np.exp(m - shift), np.exp(m_t - shift)
+        if not running_max:
+            with np.errstate(invalid="ignore"):
+                alpha = np.where(m - m_new > 88.72, np.inf, alpha)  # float32 exp overflows there
+        with np.errstate(invalid="ignore"):
+            ell = (alpha if rescale_l else 1.0) * ell + beta * l_t
+            acc = (alpha[..., None] if rescale_acc else 1.0) * acc + beta[..., None] * acc_t
         m = m_new
+    if not running_max:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return acc / ell[..., None], m + np.log(ell)
     return ref.finalize_state((m, ell, acc))
 
 
-def forward_mistakes(Mistake, bc):
-    """Named diagnoses every forward exercise shares (its key tile is ``bc`` keys wide)."""
+def max_from_zero(x, scale, keep=None):
+    """(O, L) of a kernel whose running max starts at 0: m = max(0, scores), exp in float32."""
+    s = ref.scaled_scores(x["Q"], x["K"], scale)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
+    m = np.maximum(s.max(axis=-1, keepdims=True), 0.0)
+    e = np.exp((s - m).astype(F32)).astype(np.float64)
+    ell = e.sum(-1)
+    # l = 0: a kernel that guards l > 0 writes the empty row (O = 0, L = -inf); one that does
+    # not writes 0/0 = NaN, which the check also accepts as this mistake.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        o = np.where(ell[..., None] > 0, (e @ np.asarray(x["V"], np.float64)) / ell[..., None], 0.0)
+        return o, np.where(ell > 0, m[..., 0] + np.log(ell), -np.inf)
+
+
+def forward_mistakes(Mistake, bc, keep=None):
+    """Named diagnoses every forward exercise shares (its key tile is ``bc`` keys wide);
+    ``keep(p, x)`` gives the exercise's keep-mask (causal, padding) or None."""
 
     def as_dict(ol):
         return dict(O=ol[0], L=ol[1])
 
+    def mask(p, x):
+        return None if keep is None else keep(p, x)
+
+    def sc(p):
+        return float(scale_of(p))
+
     def correct(p, x, scale=None):
-        return ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)) if scale is None else scale)
+        return forward_with_mask(x, sc(p) if scale is None else scale, mask(p, x))
+
+    def tiled(p, x, **kw):
+        return as_dict(tiled_forward(x, sc(p), bc, keep=mask(p, x), **kw))
 
     return [
         Mistake("missing rescale of the output accumulator",
                 f"when tile j raises a row's max from m_old to m_new, the accumulated output must be multiplied by "
                 f"exp(m_old - m_new) before adding the new tile's P V (key tiles here are {bc} wide).",
-                lambda p, x: as_dict(tiled_forward(x, float(scale_of(p)), bc, rescale_acc=False)) if p.N > bc else None),
+                lambda p, x: tiled(p, x, rescale_acc=False) if p.N > bc else None),
         Mistake("missing rescale of the running sum",
                 "when the max grows, l must be multiplied by exp(m_old - m_new) before adding the new tile's row sum.",
-                lambda p, x: as_dict(tiled_forward(x, float(scale_of(p)), bc, rescale_l=False)) if p.N > bc else None),
+                lambda p, x: tiled(p, x, rescale_l=False) if p.N > bc else None),
         Mistake("only the first key tile processed", "loop over all ceil_div(N, BC) key tiles.",
-                lambda p, x: as_dict(tiled_forward(x, float(scale_of(p)), bc, tiles=1)) if p.N > bc else None),
+                lambda p, x: tiled(p, x, tiles=1) if p.N > bc else None),
         Mistake("L in base 2", "L is the natural-log logsumexp: L = m + logf(l), not log2f (use logf, or multiply by ln 2).",
                 lambda p, x: dict(L=correct(p, x)[1] * np.log2(np.e))),
         Mistake("L without the max", "L = m + log(l): the running sum l is measured relative to the max m.",
-                lambda p, x: dict(L=correct(p, x)[1] - ref.partial_state(x["Q"], x["K"], x["V"], scale=float(scale_of(p)))[0])),
+                lambda p, x: dict(L=correct(p, x)[1] - _finite0(ref.partial_state(x["Q"], x["K"], x["V"], scale=sc(p),
+                                                                                   mask=mask(p, x))[0]))),
+        Mistake("running max starts at 0",
+                "initialise m = -INFINITY, not 0: in a row whose scores are all below about -87, exp(s - 0) "
+                "underflows to 0 for every key, so l = 0, O = 0/0 = NaN and L = log(0).",
+                lambda p, x: as_dict(max_from_zero(x, sc(p), mask(p, x))) if getattr(p, "negative", 0) else None),
+        Mistake("state rescaled with the tile's max instead of the running max",
+                "m_new = max(m_old, m_tile): when a later key tile's max lies far below the running max, "
+                "measuring l and O against m_tile makes exp(m_old - m_tile) overflow to inf.",
+                lambda p, x: tiled(p, x, running_max=False) if getattr(p, "falling", 0) else None),
+        Mistake("scale computed from d instead of the scale argument",
+                "use the kernel's `scale` argument: the caller may pass any scale, not only 1/sqrt(d).",
+                lambda p, x: as_dict(correct(p, x, scale=float(F32(1.0 / np.sqrt(p.d)))))
+                if not np.isclose(sc(p), 1.0 / np.sqrt(p.d)) else None),
         Mistake("scale never applied", "scores are scale * (q . k); multiply once.",
                 lambda p, x: as_dict(correct(p, x, scale=1.0))),
         Mistake("scale applied twice", "scores are scale * (q . k); multiply once.",
-                lambda p, x: as_dict(correct(p, x, scale=float(scale_of(p)) ** 2))),
+                lambda p, x: as_dict(correct(p, x, scale=sc(p) ** 2))),
     ]
+
+
+def _finite0(m):
+    return np.where(np.isfinite(m), m, 0.0)
 
 
 OUTPUTS = dict(O=lambda p: ((p.B, p.H, p.N, p.d), F32), L=lambda p: ((p.B, p.H, p.N), F32))

@@ -1,7 +1,7 @@
 """00_launching_kernels: threads, blocks and grids."""
 import numpy as np
 
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 
 MODULE = "00_launching_kernels"

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .. import reference as ref
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 
 MODULE = "01_naive_attention"
@@ -17,7 +17,25 @@ def _qk(p, rng, heads=None):
 
 
 def _scale(p):
-    return F32(1.0 / np.sqrt(p.d))
+    return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
+
+
+def _score_size(p, x):
+    """scale * sum_k |q_ik k_jk|: the size of the terms of each score (the tolerance scales with it)."""
+    q, k = np.abs(np.asarray(x["Q"], np.float64)), np.abs(np.asarray(x["K"], np.float64))
+    return dict(S=abs(float(_scale(p))) * (q @ np.swapaxes(k, -1, -2)))
+
+
+def _scale_from_d(p, x):
+    """What a kernel computes with 1/sqrt(d) instead of its scale argument."""
+    if np.isclose(float(_scale(p)), 1.0 / np.sqrt(p.d)):
+        return None
+    return dict(S=ref.scaled_scores(x["Q"], x["K"], float(F32(1.0 / np.sqrt(p.d)))))
+
+
+SCALE_FROM_D = Mistake("scale computed from d instead of the scale argument",
+                       "multiply by the kernel's `scale` argument: the caller may pass any scale, not only 1/sqrt(d).",
+                       _scale_from_d)
 
 
 exercise(
@@ -39,10 +57,14 @@ exercise(
         case("single_query", N=1, d=64, seed=3),
         case("tile_minus_one", N=127, d=64, seed=4),
         case("tile_plus_one", N=129, d=32, seed=5),
+        case("other_scale", N=20, d=12, scale=0.7, seed=6),
         hidden("odd_head_dim", N=70, d=24),
         hidden("ragged", N=33, d=64),
+        hidden("custom_scale_ragged", N=45, d=70, scale=0.05),
     ],
+    magnitude=_score_size,
     mistakes=[
+        SCALE_FROM_D,
         Mistake("scale never applied", "S = scale * Q K^T; multiply the dot product by scale.",
                 lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], 1.0))),
         Mistake("scale applied twice", "multiply by scale once.",
@@ -131,6 +153,7 @@ exercise(
                                     V=rng.standard_normal((p.N, p.d)).astype(F32)),
     outputs=dict(O=lambda p: ((p.N, p.d), F32)),
     reference=lambda p, x: dict(O=ref.matmul(x["P"], x["V"])),
+    magnitude=lambda p, x: dict(O=ref.matmul(np.abs(x["P"]), np.abs(x["V"]))),
     args=lambda p, a: (a.P, a.V, a.O, np.int32(p.N), np.int32(p.d)),
     grid=lambda p: (ceil_div(p.d, 16), ceil_div(p.N, 16)),
     block=lambda p: (16, 16),
@@ -175,9 +198,14 @@ exercise(
         case("one_head", BH=1, N=16, d=8, seed=1),
         case("four_heads", BH=4, N=17, d=16, seed=2),
         case("many_heads", BH=12, N=33, d=32, seed=3),
+        case("fewer_keys_than_dims", BH=3, N=10, d=40, seed=4),
+        case("other_scale", BH=2, N=20, d=12, scale=0.7, seed=5),
         hidden("ragged_heads", BH=6, N=45, d=24),
+        hidden("custom_scale_many_tiles", BH=3, N=70, d=24, scale=2.0),
     ],
+    magnitude=_score_size,
     mistakes=[
+        SCALE_FROM_D,
         Mistake("head offset missing", "every head computed head 0's scores: offset Q and K by "
                 "blockIdx.z * N * d and S by blockIdx.z * N * N.",
                 lambda p, x: dict(S=np.broadcast_to(ref.scaled_scores(x["Q"][0], x["K"][0], float(_scale(p))), (p.BH, p.N, p.N)))

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .. import reference as ref
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 
 MODULE = "03_online_softmax"
@@ -87,6 +87,7 @@ def _logits(p, rng):
     x = rng.standard_normal((p.rows, p.cols)) * p.spread
     if getattr(p, "rising", False):
         x = np.sort(x, axis=1)
+    x[:, :1] += getattr(p, "first", 0.0)  # ``first``: column 0 far above the rest (the max falls after it)
     return (x + getattr(p, "offset", 0.0)).astype(F32)
 
 
@@ -112,8 +113,12 @@ exercise(
         case("long_rows", rows=3, cols=1000, spread=2.0, seed=6),
         # every logit below -104, where e^x underflows float32: only a max that starts at -inf works
         case("very_negative_logits", rows=4, cols=64, spread=20.0, offset=-200.0, seed=7),
+        # column 0 lies 300 above the rest: a state re-measured against a later, smaller value
+        # (instead of the running max) overflows, exp(300) = inf
+        case("max_first_then_far_below", rows=4, cols=100, spread=2.0, first=300.0, seed=8),
         hidden("ragged", rows=7, cols=77, spread=4.0),
         hidden("large_logits_long", rows=2, cols=513, spread=500.0),
+        hidden("very_negative_long", rows=3, cols=700, spread=5.0, offset=-150.0),
     ],
     mistakes=[
         Mistake("missing rescale in the lane loop", "when a new element raises a lane's running max m, "
@@ -169,6 +174,18 @@ def _acc_not_rescaled(p, x):
     return dict(m_out=m, l_out=l, acc_out=x["acc_a"].astype(np.float64) + x["acc_b"])
 
 
+def _merge_size(p, x):
+    """The size of the terms of each merged value: alpha*|l_a| + beta*|l_b| (and acc likewise),
+    times 1 + |m| for the rounding of the exponent m_a - m."""
+    ma, mb = (np.asarray(x[n], np.float64) for n in ("m_a", "m_b"))
+    m = np.maximum(ma, mb)
+    shift = np.where(np.isneginf(m), 0.0, m)
+    a, b = np.exp(ma - shift), np.exp(mb - shift)
+    g = 1.0 + np.maximum(np.abs(np.where(np.isfinite(ma), ma, 0.0)), np.abs(np.where(np.isfinite(mb), mb, 0.0)))
+    return dict(l_out=(a * np.abs(x["l_a"]) + b * np.abs(x["l_b"])) * g,
+                acc_out=(a[:, None] * np.abs(x["acc_a"]) + b[:, None] * np.abs(x["acc_b"])) * g[:, None])
+
+
 exercise(
     id="merge_states",
     module=MODULE,
@@ -178,6 +195,7 @@ exercise(
     launch_shape="block = 32 threads, grid = (ceil_div(d, 32), rows); thread (x) of block (bx, r) merges "
     "column bx*32 + x of row r's acc; the thread with column 0 also writes m_out[r] and l_out[r]",
     make_inputs=_states,
+    magnitude=_merge_size,
     outputs=dict(m_out=lambda p: ((p.rows,), F32), l_out=lambda p: ((p.rows,), F32), acc_out=lambda p: ((p.rows, p.d), F32)),
     reference=_merge_ref,
     args=lambda p, a: (a.m_a, a.l_a, a.acc_a, a.m_b, a.l_b, a.acc_b, a.m_out, a.l_out, a.acc_out, np.int32(p.rows), np.int32(p.d)),
@@ -189,6 +207,7 @@ exercise(
         case("odd_head_dim", rows=9, d=40, keys=30, spread=1.0, seed=3),
         case("large_scores", rows=8, d=32, keys=50, spread=30.0, seed=4),
         case("empty_sides", rows=6, d=16, keys=20, spread=1.0, empty_a=(1, 3), empty_b=(2, 3), seed=5),
+        case("both_sides_empty", rows=5, d=40, keys=20, spread=1.0, empty_a=(0, 1, 2, 4), empty_b=(0, 2, 3, 4), seed=6),
         hidden("ragged", rows=13, d=72, keys=33, spread=5.0, empty_a=(0,)),
         hidden("head_dim_128", rows=4, d=128, keys=64, spread=1.0, empty_b=(1,)),
     ],

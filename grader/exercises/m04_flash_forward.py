@@ -2,10 +2,10 @@
 import numpy as np
 
 from .. import reference as ref
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import (OUTPUTS, forward_mistakes, log2_l_mistake, qkv, row_pairs_mistake, scale_of,
-                         unmasked_tail_mistake)
+from ._attention import (OUTPUTS, forward_magnitude, forward_mistakes, log2_l_mistake, qkv, row_pairs_mistake,
+                         scale_of, unmasked_tail_mistake)
 
 MODULE = "04_flash_forward"
 F32 = np.float32
@@ -41,11 +41,24 @@ CASES = [
     case("large_logits", B=1, H=1, N=70, d=64, spread=30.0, seed=15),
     case("head_dim_128", B=1, H=1, N=65, d=128, seed=6),
     case("batches_and_heads", B=2, H=3, N=40, d=32, seed=7),
+    case("other_scale", B=1, H=2, N=45, d=40, scale=0.5, seed=8),
+    # extreme but legal logits: every score near -150 (exp(s) underflows: a max that starts at 0
+    # fails), the first tile's keys 200 above the later tiles (rescaling with the tile max instead
+    # of the running max overflows), and the max in the very last key
+    case("scores_below_minus_87", B=1, H=1, N=40, d=32, negative=150.0, seed=9),
+    case("falling_max", B=1, H=1, N=80, d=32, falling=200.0, seed=10),
+    case("max_in_last_tile", B=1, H=1, N=70, d=32, late_peak=30.0, seed=11),
     hidden("sizes_127", B=1, H=2, N=127, d=64),
     hidden("sizes_129_rising", B=2, H=1, N=129, d=32, rising=True),
     hidden("odd_d_large_logits", B=1, H=2, N=50, d=48, spread=20.0),
     hidden("custom_scale", B=1, H=1, N=64, d=64, scale=0.3),
+    hidden("falling_max_ragged", B=1, H=2, N=99, d=24, falling=120.0, scale=0.2),
+    hidden("long_sequence", B=1, H=1, N=600, d=64),
 ]
+
+
+def _magnitude(p, x):
+    return forward_magnitude(x, float(scale_of(p)))
 
 exercise(
     id="flash_fwd_row",
@@ -56,6 +69,7 @@ exercise(
     f"blockIdx.x*{ROWS_PER_BLOCK} + t of head (blockIdx.z, blockIdx.y); K/V tiles of {BC} keys staged in shared "
     "memory by the whole block; d <= 128; arrays [B, H, N, d], L [B, H, N]",
     make_inputs=qkv,
+    magnitude=_magnitude,
     outputs=OUTPUTS,
     reference=_forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
@@ -77,6 +91,7 @@ exercise(
     f"tiles of {BC} keys (in shared memory), inner loop over Q tiles of {ROWS_PER_BLOCK} rows (thread t owns row t of "
     "each Q tile); O, m_buf and l_buf ([B, H, N], uninitialised scratch) round-trip through global memory",
     make_inputs=qkv,
+    magnitude=_magnitude,
     outputs=OUTPUTS,
     scratch=dict(m_buf=lambda p: ((p.B, p.H, p.N), F32), l_buf=lambda p: ((p.B, p.H, p.N), F32)),
     reference=_forward_ref,
@@ -100,6 +115,7 @@ exercise(
     f"tile; dynamic shared memory = (2*{FA2_BR}*d + 2*{FA2_BC}*d + {FA2_BR}*{FA2_BC} + 2*{FA2_BR}) floats "
     "(Q tile, O accumulator, K and V tiles, S tile, m and l); O written once at the end",
     make_inputs=qkv,
+    magnitude=_magnitude,
     outputs=OUTPUTS,
     reference=_forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),

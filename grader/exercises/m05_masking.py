@@ -2,9 +2,9 @@
 import numpy as np
 
 from .. import reference as ref
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import OUTPUTS, forward_with_mask, qkv, scale_of
+from ._attention import OUTPUTS, _keep_mask, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of
 
 MODULE = "05_masking"
 F32 = np.float32
@@ -52,9 +52,15 @@ exercise(
         case("two_row_blocks", B=1, H=2, N=129, d=32, seed=3),
         case("rising_max", B=1, H=1, N=100, d=64, rising=True, seed=4),
         case("batches_and_heads", B=2, H=2, N=70, d=32, seed=5),
+        case("other_scale", B=1, H=2, N=90, d=40, scale=0.6, seed=6),
+        case("scores_below_minus_87", B=1, H=1, N=70, d=32, negative=150.0, seed=7),
+        case("falling_max", B=1, H=1, N=100, d=32, falling=200.0, seed=8),
         hidden("head_dim_128", B=1, H=1, N=65, d=128),
         hidden("ragged", B=2, H=1, N=150, d=48, spread=5.0),
+        hidden("custom_scale_falling", B=1, H=2, N=77, d=24, scale=0.25, falling=150.0),
+        hidden("long_sequence", B=1, H=1, N=600, d=64),
     ],
+    magnitude=lambda p, x: forward_magnitude(x, float(scale_of(p)), causal=True),
     mistakes=[
         Mistake("query 0 sees no key", "with N = 1 the only query must see key 0 (j <= i includes j = i): keep the "
                 f"diagonal key (j <= i, not j < i) and visit the tile that holds it (last_row / {BC} + 1 tiles).",
@@ -72,6 +78,7 @@ exercise(
         Mistake("one key tile too few", f"the tile holding the block's last row must be visited too: with last_row = "
                 f"min(row0 + {ROWS_PER_BLOCK}, N) - 1, loop over last_row / {BC} + 1 tiles (not last_row / {BC}).",
                 lambda p, x: _masked(p, x, (j_(p.N) <= i_(p.N)) & (j_(p.N) < (_last_row(p) // BC) * BC))),
+        *forward_mistakes(Mistake, BC, keep=lambda p, x: _keep_mask(p.N, causal=True)),
     ],
     race_case="two_row_blocks",
 )
@@ -140,9 +147,15 @@ exercise(
         case("ragged_batch", B=3, H=2, N=70, d=32, lengths=(70, 33, 1), seed=2),
         case("empty_sequence", B=2, H=1, N=50, d=32, lengths=(50, 0), seed=3),
         case("tile_boundaries", B=3, H=1, N=96, d=64, lengths=(32, 64, 65), seed=4),
+        case("other_scale", B=2, H=1, N=60, d=40, lengths=(45, 0), scale=0.5, seed=5),
+        case("scores_below_minus_87", B=2, H=1, N=70, d=32, lengths=(70, 40), negative=150.0, seed=6),
+        case("falling_max", B=2, H=1, N=100, d=32, lengths=(100, 0), falling=200.0, seed=7),
         hidden("long_ragged", B=2, H=2, N=150, d=48, lengths=(149, 7)),
         hidden("all_empty_but_one", B=3, H=1, N=40, d=128, lengths=(0, 40, 0)),
+        hidden("custom_scale_falling", B=2, H=1, N=90, d=24, lengths=(90, 50), scale=0.2, falling=150.0),
+        hidden("long_sequence", B=2, H=1, N=600, d=64, lengths=(600, 333)),
     ],
+    magnitude=lambda p, x: forward_magnitude(x, float(scale_of(p)), key_lengths=x["key_lengths"]),
     mistakes=[
         Mistake("key lengths ignored", "keys j >= key_lengths[b] are padding: mask them (score -INFINITY) or skip them.",
                 lambda p, x: _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p))))
@@ -159,6 +172,7 @@ exercise(
                 _queries_masked),
         Mistake("key length of another batch entry", "the batch entry is blockIdx.z (the head is blockIdx.y): "
                 "read key_lengths[blockIdx.z].", _lengths_by_head),
+        *forward_mistakes(Mistake, BC, keep=lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])),
     ],
     race_case="tile_boundaries",
 )

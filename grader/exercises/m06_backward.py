@@ -2,14 +2,15 @@
 import numpy as np
 
 from .. import reference as ref
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import qkv, scale_of
+from ._attention import backward_magnitude, qkv, scale_of
 
 MODULE = "06_backward"
 F32 = np.float32
 ROWS_PER_BLOCK = 64  # one thread per key row (dK/dV) or query row (dQ)
 TILE = 32  # the tile of the other side staged in shared memory
+RACE_CASE = "blocks_and_heads"  # run under the race detector and a second schedule on the emulator
 
 
 
@@ -24,8 +25,9 @@ def _inputs(p, rng):
     return x
 
 
-def _grads(p, x, scale=None, lse=None, D=None):
-    """Reference gradients from the kernel's own float32 inputs; overrides reproduce bugs."""
+def _grads(p, x, scale=None, lse=None, D=None, scale_out=None):
+    """Reference gradients from the kernel's own float32 inputs; overrides reproduce bugs
+    (``scale`` in the recomputed P, ``scale_out`` in dQ = scale * dS K and dK)."""
     causal = getattr(p, "causal", False)
     s = float(scale_of(p)) if scale is None else scale
     inter = ref.backward_intermediates(x["Q"], x["K"], x["V"], x["O"], x["L"] if lse is None else lse, x["dO"], causal=causal, scale=s)
@@ -33,7 +35,7 @@ def _grads(p, x, scale=None, lse=None, D=None):
     if D is not None:
         dS = P * (inter["dP"] - D[..., None])
     q, k = np.asarray(x["Q"], np.float64), np.asarray(x["K"], np.float64)
-    scale_true = float(scale_of(p))
+    scale_true = float(scale_of(p)) if scale_out is None else scale_out
     return dict(dQ=scale_true * dS @ k, dK=scale_true * np.swapaxes(dS, -1, -2) @ q,
                 dV=np.swapaxes(P, -1, -2) @ np.asarray(x["dO"], np.float64))
 
@@ -73,9 +75,22 @@ GRAD_CASES = [
     case("tile_plus_one", B=1, H=2, N=33, d=32, seed=3),
     case("two_row_blocks", B=1, H=1, N=65, d=64, seed=4),
     case("batches_and_heads", B=2, H=2, N=40, d=32, spread=3.0, seed=5),
+    case("other_scale", B=1, H=2, N=45, d=40, scale=0.5, seed=6),
+    # the race-checked case (RACE_CASE): several blocks per head and several heads
+    case("blocks_and_heads", B=1, H=2, N=100, d=32, seed=8),
+    case("scores_below_minus_87", B=1, H=1, N=70, d=32, negative=150.0, seed=7),
     hidden("ragged", B=1, H=2, N=77, d=48),
     hidden("head_dim_128", B=1, H=1, N=40, d=128),
+    hidden("custom_scale_large_logits", B=1, H=2, N=70, d=24, scale=0.3, spread=8.0),
+    hidden("falling_max", B=1, H=1, N=100, d=32, falling=100.0),
 ]
+
+
+def _magnitude(outputs):
+    def size(p, x):
+        return _pick(backward_magnitude(x, float(scale_of(p)), causal=getattr(p, "causal", False)), *outputs)
+
+    return size
 
 
 def _grad_mistakes(outputs):
@@ -89,6 +104,11 @@ def _grad_mistakes(outputs):
         Mistake("dS without the D term", "dS = P * (dP - D) with D = rowsum(dO * O); the D term comes from the "
                 "softmax's normalisation.", sub(lambda p, x: _grads(p, x, D=np.zeros_like(x["D"])))),
     ]
+    found.append(Mistake("scale computed from d instead of the scale argument",
+                         "use the kernel's `scale` argument (in P = exp(scale*q.k - L) and in dQ, dK): the caller "
+                         "may pass any scale, not only 1/sqrt(d).",
+                         lambda p, x: _pick(_grads(p, x, scale=1 / np.sqrt(p.d), scale_out=1 / np.sqrt(p.d)), *outputs)
+                         if not np.isclose(float(scale_of(p)), 1 / np.sqrt(p.d)) else None))
     if "dQ" in outputs or "dK" in outputs:
         name = "dQ" if "dQ" in outputs else "dK"
 
@@ -112,6 +132,7 @@ exercise(
     make_inputs=_inputs,
     outputs=dict(D=lambda p: ((p.B, p.H, p.N), F32)),
     reference=lambda p, x: dict(D=ref.backward_preprocess(x["O"], x["dO"])),
+    magnitude=lambda p, x: dict(D=(np.abs(np.asarray(x["O"], np.float64)) * np.abs(x["dO"])).sum(-1)),
     args=lambda p, a: (a.O, a.dO, a.D, np.int32(p.B * p.H * p.N), np.int32(p.d)),
     grid=lambda p: ceil_div(p.B * p.H * p.N, 128),
     block=lambda p: 128,
@@ -136,10 +157,12 @@ exercise(
     make_inputs=_inputs,
     outputs=dict(dK=lambda p: ((p.B, p.H, p.N, p.d), F32), dV=lambda p: ((p.B, p.H, p.N, p.d), F32)),
     reference=lambda p, x: _pick(_grads(p, x), "dK", "dV"),
+    magnitude=_magnitude(("dK", "dV")),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dK, a.dV, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
+    race_case=RACE_CASE,
     cases=GRAD_CASES,
     mistakes=_grad_mistakes(("dK", "dV")),
 )
@@ -156,10 +179,12 @@ exercise(
     make_inputs=_inputs,
     outputs=dict(dQ=lambda p: ((p.B, p.H, p.N, p.d), F32)),
     reference=lambda p, x: _pick(_grads(p, x), "dQ"),
+    magnitude=_magnitude(("dQ",)),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dQ, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
+    race_case=RACE_CASE,
     cases=GRAD_CASES,
     mistakes=_grad_mistakes(("dQ",)),
 )
@@ -177,10 +202,12 @@ exercise(
                  dQ=lambda p: ((p.B, p.H, p.N, p.d), F32)),
     zeroed=("dQ",),
     reference=lambda p, x: _grads(p, x),
+    magnitude=_magnitude(("dK", "dV", "dQ")),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dK, a.dV, a.dQ, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
+    race_case=RACE_CASE,
     cases=GRAD_CASES,
     mistakes=_grad_mistakes(("dK", "dV", "dQ")),
 )
@@ -196,10 +223,12 @@ exercise(
     make_inputs=_inputs,
     outputs=dict(dK=lambda p: ((p.B, p.H, p.N, p.d), F32), dV=lambda p: ((p.B, p.H, p.N, p.d), F32)),
     reference=lambda p, x: _pick(_grads(p, x), "dK", "dV"),
+    magnitude=_magnitude(("dK", "dV")),
     args=lambda p, a: (*_TILE_ARGS(p, a), a.dK, a.dV, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
     race_check=True,
+    race_case=RACE_CASE,
     cases=[case(c.name, seed=c.seed, causal=True, **c.params) if not c.hidden else
            hidden(c.name, causal=True, **c.params) for c in GRAD_CASES],
     mistakes=_grad_mistakes(("dK", "dV")) + CAUSAL_MISTAKES,

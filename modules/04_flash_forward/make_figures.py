@@ -2,10 +2,12 @@
 
 Every number drawn here comes from the formulas and the worked example in the README, and the
 script checks them (tiled forward against a direct softmax, traffic formulas against each
-other) before drawing. Output: PNGs in img/.
+other) before drawing, or from the committed GPU measurements in benchmarks/results/ (the
+throughput chart). Output: PNGs in img/.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 save = saver(IMG)
 
 FLOAT = 4  # bytes
@@ -67,26 +70,41 @@ def self_check() -> None:
     o, lse, _ = tiled_forward(Q_EX, K_EX, V_EX, 2)
     assert np.allclose(np.round(lse, 4), [2.0327, 1.9579, 2.5951, 1.3256])
     assert np.allclose(np.round(o[0], 4), [1.1440, 1.4078])
-    # traffic formulas: FA2 with one query tile and FA1 with one key tile are the same kernel
+    # traffic formulas: FA2 with one query tile and FA1 (without the set-up and final passes)
+    # with one key tile are the same kernel; the passes add one round trip of the state each
     n, d = 256, 64
-    assert fa2_floats(n, d, n)[0] == 3 * n * d and fa1_floats(n, d, n) == (3 * n * d, n * d + n)
+    assert fa2_floats(n, d, n)[0] == 3 * n * d and fa1_floats(n, d, n, passes=False) == (3 * n * d, n * d + n)
+    state = n * d + 2 * n
+    r0, w0 = fa1_floats(n, d, 32, passes=False)
+    assert fa1_floats(n, d, 32) == (r0 + 2 * state, w0 + 2 * state)
 
 
 # --------------------------------------------------------------------------- traffic model (floats per head)
 
 
 def naive_floats(n: int, d: int) -> int:
-    """Module 01's three kernels, each element crossing DRAM once per kernel: 4N² + 4Nd."""
+    """Module 01's three kernels with a perfect cache, each array crossing DRAM once per kernel:
+    4N² + 4Nd."""
     return 4 * n * n + 4 * n * d
 
 
-def fa1_floats(n: int, d: int, bc: int) -> tuple[int, int]:
-    """(reads, writes) of the FA1 loop order: K, V once; Q once per key tile; O, m, ℓ read and
-    written back for every key tile but the first (nothing to read) and last (final O, L)."""
+def naive_requested_floats(n: int, d: int) -> int:
+    """Module 01's three kernels with no cache, every load the threads issue (what the emulator's
+    count_io counts): 4N²d + 3N² reads, 2N² + Nd writes."""
+    return 4 * n * n * d + 3 * n * n + 2 * n * n + n * d
+
+
+def fa1_floats(n: int, d: int, bc: int, passes: bool = True) -> tuple[int, int]:
+    """(reads, writes) of the FA1 loop order: K, V once; Q and the state (O, m, ℓ) read and
+    written back once per key tile. passes=True is flash_fwd_fa1 as the course builds it: a pass
+    that sets every row's state first and a pass that normalises O and writes L last.
+    passes=False lets the first key tile write the state without reading it and the last one
+    write the final O and L."""
     tc = ceil_div(n, bc)
-    reads = 2 * n * d + tc * n * d + (tc - 1) * (n * d + 2 * n)
-    writes = (tc - 1) * (n * d + 2 * n) + n * d + n
-    return reads, writes
+    state = n * d + 2 * n
+    if passes:
+        return 2 * n * d + tc * (n * d + state) + state, (tc + 1) * state + n * d + n
+    return 2 * n * d + tc * n * d + (tc - 1) * state, (tc - 1) * state + n * d + n
 
 
 def fa2_floats(n: int, d: int, br: int) -> tuple[int, int]:
@@ -167,16 +185,18 @@ def fig_traffic_vs_tile() -> None:
     to_mib = FLOAT / MiB
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.4, 4.3), gridspec_kw=dict(width_ratios=[1.25, 1]))
     naive = naive_floats(n, d) * to_mib
+    naive_req = naive_requested_floats(n, d) * to_mib
     fa1 = np.array([sum(fa1_floats(n, d, b)) for b in tiles]) * to_mib
     fa2 = np.array([sum(fa2_floats(n, d, b)) for b in tiles]) * to_mib
-    a1.axhline(naive, color=RED, lw=2, label=f"naive (module 01): 4N² + 4Nd = {naive:.0f} MiB")
+    a1.axhline(naive_req, color=RED, lw=2, label=f"naive (module 01), no cache: {naive_req / 1024:.1f} GiB")
+    a1.axhline(naive, color=RED, lw=1.2, ls="--", label=f"naive, perfect cache: 4N² + 4Nd = {naive:.0f} MiB")
     a1.plot(tiles, fa1, "-s", color=ORANGE, label="FA1 order, against B_c")
     a1.plot(tiles, fa2, "-o", color=BLUE, label="FA2 order, against B_r")
     comp = compulsory_floats(n, d) * to_mib
     a1.axhline(comp, color=GREEN, ls="--", lw=1.2, label=f"compulsory: read Q, K, V, write O, L = {comp:.1f} MiB")
     marks = [("flash_fwd_fa2 (B_r = 16)", 16, sum(fa2_floats(n, d, 16)) * to_mib, BLUE, (-20, -48)),
              ("flash_fwd_row (B_r = 64)", 64, sum(fa2_floats(n, d, 64)) * to_mib, BLUE, (-95, -40)),
-             ("flash_fwd_fa1 (B_c = 32)", 32, sum(fa1_floats(n, d, 32)) * to_mib, ORANGE, (22, 30))]
+             ("flash_fwd_fa1 (B_c = 32)", 32, sum(fa1_floats(n, d, 32)) * to_mib, ORANGE, (-150, 40))]
     for text, x, y, c, off in marks:
         a1.plot([x], [y], "o", ms=11, mfc="none", mec=c, mew=1.8)
         a1.annotate(text, (x, y), xytext=off, textcoords="offset points", fontsize=7.8, color=c,
@@ -187,9 +207,9 @@ def fig_traffic_vs_tile() -> None:
     a1.set_xticklabels([str(t) for t in tiles])
     a1.set_xlabel("tile size (rows of Q per block for FA2, keys per tile for FA1)")
     a1.set_ylabel("global traffic per head, MiB (fp32)")
-    a1.set_title(f"Traffic with no cache, N = {n}, d = {d}", fontsize=10)
-    a1.set_ylim(2, 3000)
-    a1.legend(fontsize=7.6, loc="lower left", bbox_to_anchor=(0.0, 0.12))
+    a1.set_title(f"Traffic requested with no cache, N = {n}, d = {d}", fontsize=10)
+    a1.set_ylim(2, 60000)
+    a1.legend(fontsize=7.6, loc="upper right", bbox_to_anchor=(1.0, 0.85))
     a1.grid(alpha=0.3, which="both")
 
     for dd, ls in ((128, "--"), (64, "-")):
@@ -307,25 +327,40 @@ def fig_partial_tile() -> None:
     save(fig, "partial_tile.png")
 
 
+def measured_throughput() -> list[tuple[str, float, str]]:
+    """(label, TFLOP/s, colour) at B = 4, H = 16, N = 4096, d = 64, forward, not causal, read from
+    the committed H100 results: the course's kernel and SDPA in fp32 (bench records of
+    gpu_evidence.json), SDPA's FlashAttention-2 and cuDNN backends in fp16 (primitives/tc_flash.json)."""
+    bench = json.loads((RESULTS / "gpu_evidence.json").read_text())["bench"]
+    tc = json.loads((RESULTS / "primitives" / "tc_flash.json").read_text())
+
+    def pick(records, **want):
+        (hit,) = [r for r in records if all(r.get(k) == v for k, v in want.items())]
+        return hit
+
+    shape = dict(d=64, causal=False, B=4, H=16, S=4096)
+    row = pick(bench, kernel="flash_fwd_row", dtype="fp32", **shape)
+    fp16 = pick(tc, kernel="tc_flash_fwd_d64", dtype="fp16", **shape)
+    return [("flash_fwd_row, fp32\n(one thread per row: this module)", row["tflops"], ORANGE),
+            (f"PyTorch SDPA, fp32\n({row['baseline_backend'].lower()} backend)", row["baseline_tflops"], GREY),
+            ("PyTorch SDPA, fp16\n(FlashAttention-2 backend)", fp16["baseline_tflops"], BLUE),
+            ("PyTorch SDPA, fp16\n(cuDNN backend)", fp16["cudnn_tflops"], PURPLE)]
+
+
 def fig_perf_gap() -> None:
-    # H100, B = 4, H = 16, N = 4096, d = 64, forward, not causal (the course's design notes).
-    rows = [("scalar fp32 flash kernel\n(one thread per row: this module)", 1.0, ORANGE),
-            ("naive PyTorch (module 01's\nthree steps, cuBLAS tensor cores)", 43.0, GREY),
-            ("FlashAttention-2 (SDPA flash)", 292.0, BLUE),
-            ("cuDNN attention", 464.0, PURPLE)]
+    rows = measured_throughput()
     fig, ax = plt.subplots(figsize=(9.0, 3.4))
     y = np.arange(len(rows))[::-1]
     ax.barh(y, [r[1] for r in rows], color=[r[2] for r in rows], height=0.6)
     for yy, (name, v, _) in zip(y, rows):
-        ax.text(v * 1.12, yy, ("≈ " if v < 2 else "") + f"{v:g} TFLOP/s", va="center", fontsize=9)
-    ax.axvline(67, color=RED, ls="--", lw=1)
-    ax.text(67 * 0.94, 3.45, "H100 fp32 peak without tensor cores ≈ 67 TFLOP/s", color=RED, fontsize=8, va="center", ha="right")
+        ax.text(v * 1.12, yy, f"{v:.3g} TFLOP/s", va="center", fontsize=9)
     ax.set_yticks(y)
     ax.set_yticklabels([r[0] for r in rows], fontsize=8.5)
     ax.set_xscale("log")
     ax.set_xlim(0.5, 3000)
-    ax.set_ylim(-0.6, 3.8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("TFLOP/s = 4·B·H·N²·d / time  (H100, B = 4, H = 16, N = 4096, d = 64, forward)")
+    ax.set_title("Measured on the course's H100 (benchmarks/results); fp32 and fp16 rows are labelled", fontsize=9.5)
     ax.grid(alpha=0.3, axis="x", which="both")
     fig.tight_layout()
     save(fig, "perf_gap.png")
@@ -343,11 +378,16 @@ def print_numbers() -> None:
         print(f"after tile {t + 1}: alpha={alpha} m={m} l={ell}\n acc=\n{acc}")
     print("O =\n", o, "\nL =", lse)
     n, d = 4096, 64
-    for name, fl in (("naive", naive_floats(n, d)), ("row (B_r=64)", sum(fa2_floats(n, d, 64))),
-                     ("fa1 (B_c=32)", sum(fa1_floats(n, d, 32))), ("fa2 (B_r=16)", sum(fa2_floats(n, d, 16))),
+    for name, fl in (("naive, no cache", naive_requested_floats(n, d)), ("naive, perfect cache", naive_floats(n, d)),
+                     ("row (B_r=64)", sum(fa2_floats(n, d, 64))), ("fa1 (B_c=32)", sum(fa1_floats(n, d, 32))),
+                     ("fa1 (B_c=32) without passes", sum(fa1_floats(n, d, 32, passes=False))),
+                     ("fa2 (B_r=16)", sum(fa2_floats(n, d, 16))),
                      ("FA2 B_r=128", sum(fa2_floats(n, d, 128))), ("compulsory", compulsory_floats(n, d))):
         print(f"{name}: {fl * FLOAT / MiB:.1f} MiB per head")
     print("fa1 reads/writes (floats):", fa1_floats(n, d, 32), "fa2 B_r=64:", fa2_floats(n, d, 64))
+    print(f"fa1 writes: {fa1_floats(n, d, 32)[1] * FLOAT / MiB:.1f} MiB, fa2: {fa2_floats(n, d, 16)[1] * FLOAT / MiB:.1f} MiB")
+    for label, tflops, _ in measured_throughput():
+        print(f"{label!r}: {tflops} TFLOP/s")
     for dd in (32, 64, 128):
         print(f"fa2 shared at d={dd}: {fa2_shared_bytes(dd, 16, 16)} B; row kernel K/V tiles: {row_shared_bytes(dd, 32)} B")
 

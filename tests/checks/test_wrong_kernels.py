@@ -34,3 +34,19 @@ def test_solution_passes_every_case(exercise_id):
 
 def test_every_wrong_kernel_folder_names_an_exercise():
     assert {p.parent.name for p in WRONG_KERNELS} <= set(REGISTRY)
+
+
+# Expectations that only say *that* something is wrong, not which mistake: a wrong kernel whose
+# expected diagnosis is one of these counts as caught but not named.
+GENERIC = ("differ", "NaN computed by the kernel", "are NaN computed by the kernel", "never written",
+           "were never written")
+
+
+def test_most_wrong_kernels_are_named():
+    """Of the wrong corpus, the share whose expected diagnosis names the mistake (a declared
+    Mistake, a fault with its class, a race, a write into an input, an infinity) rather than a
+    generic 'differ': at least 85%. (Each is checked against the real message above.)"""
+    named = [p for p in WRONG_KERNELS if expectation(p) not in GENERIC]
+    share = len(named) / len(WRONG_KERNELS)
+    print(f"\n{len(named)} of {len(WRONG_KERNELS)} wrong kernels ({share:.0%}) expect a diagnosis that names the mistake")
+    assert share >= 0.85

@@ -209,7 +209,7 @@ def test_inject_bug_shifts_the_first_bound_of_the_solution_region():
     buggy, what = inject_bug(CUDA_SOLUTION)
     assert "if (r <= rows) {" in buggy
     assert buggy.count("<=") == 1
-    assert what == "off-by-one: `if (r < rows) {` -> `if (r <= rows) {`"
+    assert what == "off-by-one on line 6 of the cell (solution region): `<` -> `<=`"  # no solution line quoted
     assert inject_bug(EXAMPLE)[0] == EXAMPLE.replace("i < n", "i <= n")  # no region: anywhere
     assert inject_bug("%%cuda k\nvoid k(int* x) { x[0] = 1; }  // a < b") is None
     answers, what = buggy_answers({"py": PY_SOLUTION, "k": CUDA_NESTED})
@@ -243,5 +243,6 @@ def test_config_wires_the_preprocessors(config):
     auto = config.Autograde.autograde_preprocessors
     assert auto.index(SaveAutoGrades) < auto.index(LimitOutputBytes)  # capping never changes a grade
     feedback = config.GenerateFeedback.preprocessors
-    assert feedback.index(HideHiddenTestTracebacks) < feedback.index(ClearHiddenTests)
+    hidden = next(i for i, pp in enumerate(feedback) if issubclass(pp, ClearHiddenTests))
+    assert feedback.index(HideHiddenTestTracebacks) < hidden
     assert LimitOutputBytes in feedback

@@ -267,8 +267,10 @@ def test_missing_second_syncthreads_is_a_race(rng, monkeypatch, detector):
         assert msg.startswith("matmul_tiled: race condition on shared memory (")
         assert "a __syncthreads() is missing between these two accesses" in msg and e.explained
     else:
-        assert msg.startswith("matmul_tiled: race condition. Two legal schedules")
-        assert "C[" in msg and "of shape (64, 64)" in msg and "__syncthreads()" in msg and not e.explained
+        # no guess at the cause: what differs, and that the detector is missing
+        assert msg.startswith("matmul_tiled: two legal schedules of the same launch")
+        assert "C[" in msg and "of shape (64, 64)" in msg and "race check unavailable" in msg
+        assert "apt-get install clang-16" in msg and e.explained
 
 
 def test_stack_overflow():

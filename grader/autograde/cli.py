@@ -1,0 +1,42 @@
+"""Command line of ``python -m grader autograde``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    from . import autograde
+    from .sandbox import Limits
+
+    p = argparse.ArgumentParser(prog="python -m grader autograde",
+                                description="grade a module's submissions in clean, sandboxed processes and write "
+                                            "the scores into the nbgrader gradebook")
+    p.add_argument("module", help="assignment id, e.g. 00_launching_kernels")
+    p.add_argument("--submissions", default="grading/submitted", help="default: grading/submitted")
+    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.add_argument("--workers", type=int, help="checks at once on this machine (default: one per core)")
+    p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (pip install dask distributed)")
+    p.add_argument("--seed", type=int, help="run seed (default: GRADER_SEED, else fresh; saved in report.json)")
+    p.add_argument("--backend", choices=["cpu", "gpu"], default="cpu", help="cpu: the emulator (default)")
+    p.add_argument("--db", help="gradebook URL or path (default: grading/gradebook.db)")
+    p.add_argument("--time-limit", type=float, default=120.0, help="wall-clock seconds per check (default 120)")
+    p.add_argument("--launch-limit", type=float, default=20.0, help="seconds per kernel launch (default 20)")
+    p.add_argument("--memory", type=float, default=8.0, help="GiB of address space per check (default 8)")
+    p.add_argument("--fixed-shapes", action="store_true", help="hidden cases keep their declared shapes")
+    p.add_argument("--grader-ref", help="copy grader/ from this git commit instead of the working tree")
+    p.add_argument("--fresh-runtime", action="store_true", help="rebuild the run's emulator cache")
+    p.add_argument("--no-notebooks", action="store_true", help="do not write grading/autograded notebooks")
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+    limits = Limits(wall_s=a.time_limit, launch_s=a.launch_limit, cpu_s=int(a.time_limit * 2) + 10,
+                    address_space=int(a.memory * (1 << 30)))
+    out = autograde(a.module, submissions=a.submissions, workers=a.workers, scheduler=a.scheduler, seed=a.seed,
+                    limits=limits, backend=a.backend, draw_shapes=not a.fixed_shapes, grader_ref=a.grader_ref,
+                    db=a.db, students=a.student, write_notebooks=not a.no_notebooks,
+                    fresh_runtime=a.fresh_runtime, quiet=a.quiet)
+    return 0 if out["rows"] is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

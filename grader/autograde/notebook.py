@@ -1,0 +1,198 @@
+"""What to grade in a submitted notebook, decided by the released and source notebooks only.
+
+* Graded kernels: the released notebook's answer cells (nbgrader ``solution`` cells whose
+  first line is ``%%cuda NAME``), by ``grade_id``. From the submission only the *source* of
+  the cell with that ``grade_id`` is taken; its metadata, points and every other cell are
+  ignored. A missing or duplicated ``grade_id`` counts as an unanswered cell.
+* Test cells: the instructor's source notebook (``notebooks/MODULE``, with hidden tests) says
+  what each graded cell checks; each must be one call ``check("exercise", kernel)`` or
+  ``check("exercise", kernel, hidden=True)`` (read with ``ast``, never executed). Points come
+  from the released notebook.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAGIC = "%%cuda"
+
+
+def _src(cell) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else str(s)
+
+
+def _nbg(cell) -> dict:
+    md = cell.get("metadata", {})
+    m = md.get("nbgrader", {}) if isinstance(md, dict) else {}
+    return m if isinstance(m, dict) else {}
+
+
+@dataclass
+class TestCell:
+    grade_id: str
+    points: float
+    exercise: str
+    hidden: bool
+    kernel_var: str
+
+
+@dataclass
+class AnswerCell:
+    grade_id: str
+    kernel: str  # the kernel name on the released magic line
+    released_source: str
+
+
+@dataclass
+class Layout:
+    """One released notebook of a module: its graded cells and how they are checked."""
+
+    module: str
+    name: str  # notebook file name without .ipynb (nbgrader's notebook id)
+    released: dict
+    answers: dict[str, AnswerCell]
+    tests: list[TestCell]
+    problems: list[str] = field(default_factory=list)  # test cells that cannot be graded cleanly
+
+    @property
+    def exercises(self) -> list[str]:
+        return list(dict.fromkeys(t.exercise for t in self.tests))
+
+    def answer_for(self, exercise_kernel: str) -> AnswerCell | None:
+        return next((a for a in self.answers.values() if a.kernel == exercise_kernel), None)
+
+
+def _parse_check(source: str):
+    """(exercise id, kernel variable, hidden) of a test cell that is one ``check(...)`` call."""
+    body = "\n".join(line for line in source.splitlines() if not line.strip().startswith("###"))
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return None
+    calls = [n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+    if len(calls) != 1 or len(tree.body) != 1:
+        return None
+    call = calls[0]
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+    if name != "check" or len(call.args) != 2 or not isinstance(call.args[0], ast.Constant):
+        return None
+    hidden = False
+    for kw in call.keywords:
+        if kw.arg == "hidden" and isinstance(kw.value, ast.Constant):
+            hidden = bool(kw.value.value)
+        elif kw.arg != "quiet":
+            return None
+    var = call.args[1].id if isinstance(call.args[1], ast.Name) else None
+    return str(call.args[0].value), var, hidden
+
+
+def load_layout(root: Path, module: str, release_dir: str = "exercises", source_dir: str = "notebooks") -> list[Layout]:
+    out = []
+    for rel in sorted((root / release_dir / module).glob("*.ipynb")):
+        released = json.loads(rel.read_text())
+        src_path = root / source_dir / module / rel.name
+        source = json.loads(src_path.read_text()) if src_path.exists() else released
+        source_tests = {(_nbg(c).get("grade_id")): _src(c) for c in source["cells"]
+                        if _nbg(c).get("grade") and not _nbg(c).get("solution")}
+        answers, tests, problems = {}, [], []
+        for cell in released["cells"]:
+            m = _nbg(cell)
+            gid = m.get("grade_id")
+            if m.get("solution") and cell.get("cell_type") == "code":
+                first = _src(cell).lstrip().split("\n", 1)[0]
+                if first.startswith(MAGIC):
+                    words = shlex.split(first[len(MAGIC):])
+                    answers[gid] = AnswerCell(gid, words[0] if words else "", _src(cell))
+            elif m.get("grade") and cell.get("cell_type") == "code":
+                parsed = _parse_check(source_tests.get(gid, _src(cell)))
+                if parsed is None:
+                    problems.append(f"{gid}: not a single check(...) call; left to nbgrader")
+                    continue
+                tests.append(TestCell(gid, float(m.get("points", 0)), parsed[0], parsed[2], parsed[1]))
+        out.append(Layout(module, rel.stem, released, answers, tests, problems))
+    return out
+
+
+# --------------------------------------------------------------------------- a submission
+
+
+def split_magic(cell_source: str) -> tuple[str | None, tuple, str]:
+    """(kernel name, options, body) of a ``%%cuda`` cell; (None, (), source) otherwise."""
+    text = cell_source.lstrip()
+    first, _, body = text.partition("\n")
+    if not first.startswith(MAGIC):
+        return None, (), cell_source
+    try:
+        words = shlex.split(first[len(MAGIC):])
+    except ValueError:
+        words = first[len(MAGIC):].split()
+    return (words[0] if words else None), tuple(words[1:]), body
+
+
+def submitted_answers(nb: dict, layout: Layout) -> dict[str, str | None]:
+    """``{grade_id: source}`` for the layout's answer cells (None: missing or duplicated)."""
+    found: dict[str, list[str]] = {}
+    for cell in nb.get("cells", []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        gid = _nbg(cell).get("grade_id")
+        if gid in layout.answers:
+            found.setdefault(gid, []).append(_src(cell))
+    return {gid: (v[0] if len(v) == 1 else None) for gid in layout.answers for v in [found.get(gid, [])]}
+
+
+_SUSPECT = [
+    (re.compile(r"\bcheck\s*=|grader\.check\s*=|checks\.check\s*=|\brun_check\s*=|setattr\s*\(\s*(grader|checks)"),
+     "replaces the check() helper"),
+    (re.compile(r"RawKernel\s*=|kernel\.RawKernel|class\s+\w*RawKernel|compile_kernel\s*=|\.launch\s*="),
+     "replaces the kernel runner (grader.RawKernel / the emulator)"),
+    (re.compile(r"solution_source|notebooks/|solutions/"), "reads the reference solution"),
+    (re.compile(r"GRADER_SEED|grading_seed"), "reads or sets the grading seed"),
+    (re.compile(r"ast_transformers|set_custom_exc|events\.register|input_transformers|sys\.settrace|sys\.setprofile"),
+     "installs an IPython/interpreter hook"),
+    (re.compile(r"subprocess|os\.system|os\.fork|Popen|nohup|daemon|multiprocessing|os\.setsid"),
+     "starts processes"),
+    (re.compile(r"gradebook|\.db\b|sqlite|grading/|submitted|autograded|nbgrader_config|\bopen\s*\([^)]*['\"]w"),
+     "writes files (course, gradebook or submissions)"),
+    (re.compile(r"signal\.(signal|SIG_IGN)"), "changes signal handling"),
+]
+
+
+def suspicious(nb: dict, layout: Layout) -> list[str]:
+    """Why a notebook's own run of its tests may not reflect its kernels (read, not run)."""
+    reasons = []
+    released_cells = {(_nbg(c).get("grade_id")): c for c in layout.released["cells"] if _nbg(c).get("grade_id")}
+    seen = set()
+    for cell in nb.get("cells", []):
+        if not isinstance(cell, dict):
+            continue
+        m, gid = _nbg(cell), _nbg(cell).get("grade_id")
+        if gid in released_cells and gid not in seen:
+            seen.add(gid)
+            rel = released_cells[gid]
+            rm = _nbg(rel)
+            if rm.get("grade") and not rm.get("solution"):
+                if _src(cell).strip() != _src(rel).strip():
+                    reasons.append(f"test cell {gid} edited")
+                if float(m.get("points", 0) or 0) != float(rm.get("points", 0) or 0):
+                    reasons.append(f"points of {gid} changed to {m.get('points')}")
+            if rm.get("solution") and rel.get("cell_type") == "code" and split_magic(_src(rel))[0] \
+                    and split_magic(_src(cell))[0] is None:
+                reasons.append(f"answer cell {gid} is not a %%cuda cell")
+        if cell.get("cell_type") != "code" or split_magic(_src(cell))[0] is not None:
+            continue
+        if gid in released_cells and _src(cell).strip() == _src(released_cells[gid]).strip():
+            continue
+        text = _src(cell)
+        for pattern, why in _SUSPECT:
+            if pattern.search(text) and why not in reasons:
+                reasons.append(why)
+    missing = [g for g, c in released_cells.items() if _nbg(c).get("grade") and g not in seen]
+    if missing:
+        reasons.append("graded cells missing: " + ", ".join(missing))
+    return reasons

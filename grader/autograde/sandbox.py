@@ -1,0 +1,266 @@
+"""Running one grading job in a sandbox: bubblewrap, rlimits, a wall clock, capped output.
+
+``bwrap`` (Debian ``bubblewrap``) gives each check:
+
+* no network (``--unshare-net``), its own PID, IPC, UTS and cgroup namespaces, and a user
+  namespace where it is ``nobody`` with no capabilities (``--unshare-user --uid 65534
+  --cap-drop ALL --disable-userns``), so nothing can be remounted writable;
+* a file system of read-only system folders (``/usr``, ``/lib*``, ``/bin``, ``/etc/ld.so*``),
+  the Python installation and its virtual environment read-only, the run's **pristine** copy
+  of ``grader`` read-only, the run's emulator cache read-only with an empty private
+  ``kernels/`` tmpfs on top, and a private tmpfs ``/tmp`` and ``HOME``. The course directory,
+  the gradebook and every submission are simply not there;
+* ``--die-with-parent`` and ``--new-session``: killing the sandbox kills its PID namespace, so
+  no process a submission starts outlives its check;
+* a clean environment (``--clearenv``): only what the check needs; the seed comes on stdin.
+
+The worker then sets rlimits on itself and everything it starts (CPU seconds, address space,
+processes, file size, no core files). Outside, the parent kills the whole process group after
+the wall-clock limit and keeps at most ``output_bytes`` of stdout/stderr.
+
+Without ``bwrap`` the job runs in a plain child process in its own session (same limits,
+a private cache folder, no file-system or network isolation), and the report says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INSIDE = Path("/run/grader")  # where the run's pieces appear in the sandbox
+BOOT = ("import sys; sys.path[:0] = [{pkg!r}, {site!r}]; "
+        "from grader.autograde._worker import main; main()")
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@dataclass
+class Limits:
+    wall_s: float = 120.0  # the whole check: compile and every case
+    launch_s: float = 20.0  # one kernel launch (GRADER_TIME_LIMIT in the worker)
+    cpu_s: int = 240
+    address_space: int = 8 << 30
+    processes: int = 256
+    file_size: int = 256 << 20
+    output_bytes: int = 64 << 10
+    tmpfs_bytes: int = 512 << 20
+
+    def rlimits(self) -> dict:
+        return {"cpu_s": self.cpu_s, "address_space": self.address_space, "processes": self.processes,
+                "file_size": self.file_size}
+
+
+@dataclass
+class Runtime:
+    """Where a run's pieces are on this machine, and how a job reaches them."""
+
+    pkg_parent: Path  # holds the pristine grader/ (read-only)
+    cache: Path  # the run's emulator cache (launcher, pch; read-only once warm)
+    scratch: Path  # private per-job folders are made under it (no-sandbox mode)
+    use_bwrap: bool
+    gpu_devices: list = field(default_factory=list)
+
+    def site_packages(self) -> str:
+        return sysconfig.get_paths()["purelib"]
+
+
+def _python_binds() -> list[str]:
+    exe = Path(sys.executable)
+    roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), exe.resolve().parent.parent}
+    roots.add(Path(sys.prefix))  # the venv path as the interpreter sees it (symlinks kept)
+    out = []
+    for r in sorted(roots, key=str):
+        if str(r) in ("/", "/usr") or str(r).startswith("/usr/"):
+            continue
+        out += ["--ro-bind", str(r), str(r)]
+    return out
+
+
+def _system_binds() -> list[str]:
+    out = []
+    for p in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(p):
+            out += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            out += ["--ro-bind", p, p]
+    for p in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"):
+        if os.path.exists(p):
+            out += ["--ro-bind", p, p]
+    return out
+
+
+def gpu_devices() -> list[str]:
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+
+
+def bwrap_command(rt: Runtime, job_dir: Path | None, *, writable_cache: bool, limits: Limits) -> list[str]:
+    cmd = [bwrap_path(), "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+           "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+           "--hostname", "grader", "--clearenv",
+           "--proc", "/proc", "--dev", "/dev",
+           "--size", str(limits.tmpfs_bytes), "--tmpfs", "/tmp",
+           *_system_binds(), *_python_binds(),
+           "--dir", str(INSIDE),
+           "--ro-bind", str(rt.pkg_parent), str(INSIDE / "pkg")]
+    cmd += (["--bind" if writable_cache else "--ro-bind", str(rt.cache), str(INSIDE / "cache")])
+    if not writable_cache:
+        cmd += ["--size", str(limits.tmpfs_bytes), "--tmpfs", str(INSIDE / "cache" / "kernels")]
+    cmd += ["--size", str(64 << 20), "--tmpfs", "/home/student", "--chdir", "/tmp"]
+    for dev in rt.gpu_devices:
+        cmd += ["--dev-bind", dev, dev]
+    return cmd
+
+
+def job_env(rt: Runtime, cache: Path, home: Path, tmp: Path, limits: Limits, threads: int = 1) -> dict:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "LANG": "C.UTF-8",
+        "GRADER_CACHE_DIR": str(cache),
+        "GRADER_TIME_LIMIT": repr(float(limits.launch_s)),
+        "GRADER_EMULATOR_THREADS": str(threads),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+@dataclass
+class Outcome:
+    status: str  # "done" | "error" | "timeout" | "died"
+    result: dict | None
+    output: str  # the first bytes of stdout+stderr
+    output_dropped: int
+    seconds: float
+    returncode: int | None
+
+
+def _drain(stream, keep: int, box: dict) -> None:
+    kept, dropped = bytearray(), 0
+    while True:
+        chunk = stream.read(65536)
+        if not chunk:
+            break
+        room = keep - len(kept)
+        if room > 0:
+            kept += chunk[:room]
+        dropped += max(0, len(chunk) - max(room, 0))
+    box["kept"], box["dropped"] = bytes(kept), dropped
+
+
+def _kill_marked(marker: str) -> None:
+    """No-sandbox mode: kill processes that left the job's session but carry its marker."""
+    me = os.getpid()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        try:
+            if marker.encode() in (d / "environ").read_bytes():
+                os.kill(int(d.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = False) -> Outcome:
+    """Run one job (see ``_worker``) and return what came back. Never raises for anything
+    the job does; raises only when the sandbox itself cannot be started."""
+    import tempfile
+
+    r, w = os.pipe()
+    private = Path(tempfile.mkdtemp(prefix="job-", dir=rt.scratch))
+    marker = f"GRADER_JOB_MARK={os.path.basename(private)}"
+    try:
+        if rt.use_bwrap:
+            pkg, cache = INSIDE / "pkg", INSIDE / "cache"
+            home, tmp = Path("/home/student"), Path("/tmp")
+            env = job_env(rt, cache, home, tmp, limits)
+            argv = bwrap_command(rt, None, writable_cache=writable_cache, limits=limits)
+            for k, v in env.items():
+                argv += ["--setenv", k, v]
+            argv += ["--", sys.executable, "-I", "-S", "-c", BOOT.format(pkg=str(pkg), site=rt.site_packages())]
+            popen_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        else:
+            home, tmp = private / "home", private / "tmp"
+            home.mkdir()
+            tmp.mkdir()
+            if writable_cache:
+                cache = rt.cache
+            else:  # a private cache: links to the warm pieces, its own kernels/
+                cache = private / "cache"
+                cache.mkdir()
+                (cache / "kernels").mkdir()
+                for name in os.listdir(rt.cache):
+                    if name != "kernels":
+                        os.symlink(rt.cache / name, cache / name)
+            popen_env = job_env(rt, cache, home, tmp, limits)
+            popen_env[marker.split("=")[0]] = marker.split("=")[1]
+            argv = [sys.executable, "-I", "-S", "-c", BOOT.format(pkg=str(rt.pkg_parent), site=rt.site_packages())]
+        job = dict(job, result_fd=w, limits=limits.rlimits())
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                pass_fds=(w,), start_new_session=True, env=popen_env,
+                                cwd=str(private))
+        os.close(w)
+        w = -1
+        box_out, box_res = {}, {}
+        t_out = threading.Thread(target=_drain, args=(proc.stdout, limits.output_bytes, box_out), daemon=True)
+        t_res = threading.Thread(target=_drain, args=(os.fdopen(r, "rb", closefd=True), 64 << 20, box_res),
+                                 daemon=True)
+        r = -1
+        t_out.start()
+        t_res.start()
+        try:
+            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.close()
+        except OSError:
+            pass
+        timed_out = False
+        try:
+            proc.wait(timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        # Whatever happened, nothing of the job survives it.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if not rt.use_bwrap:
+            _kill_marked(marker)
+        proc.wait()
+        t_res.join(10)
+        t_out.join(10)
+        seconds = time.monotonic() - t0
+        output = box_out.get("kept", b"").decode(errors="replace")
+        dropped = box_out.get("dropped", 0)
+        raw = box_res.get("kept", b"")
+        result = None
+        if raw:
+            try:
+                result = json.loads(raw.decode())
+            except ValueError:
+                result = None
+        if result is not None:
+            status = "error" if result.get("status") == "error" else "done"
+        elif timed_out:
+            status = "timeout"
+        else:
+            status = "died"
+        return Outcome(status, result, output, dropped, seconds, proc.returncode)
+    finally:
+        for fd in (r, w):
+            if fd >= 0:
+                os.close(fd)
+        shutil.rmtree(private, ignore_errors=True)

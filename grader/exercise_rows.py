@@ -1,0 +1,95 @@
+"""The vocabulary exercises are declared in: cases, mistakes, the exercise row, the registry.
+
+Exercise modules (``grader/exercises/m*.py``) import these names from here (or, as before,
+from ``grader.checks``, which re-exports them); the check runner in ``grader/checks.py``
+imports them too. This module imports neither, so declaring an exercise never pulls in the
+runner and the runner never imports the exercise rows at import time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["Case", "Exercise", "Mistake", "REGISTRY", "case", "exercise", "hidden"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of an exercise's test table: a name, the shape parameters, and a seed."""
+
+    name: str
+    params: dict
+    seed: int = 0
+    hidden: bool = False
+
+    def describe(self, with_seed: bool = True) -> str:
+        shape = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        seed = f", seed={self.seed}" if with_seed else ""
+        return f"'{self.name}' ({shape}{seed})"
+
+
+def case(name: str, seed: int = 0, **params) -> Case:
+    return Case(name, params, seed)
+
+
+def hidden(name: str, **params) -> Case:
+    """A grading-only case; its seed is drawn when grading (see ``checks.grading_seed``)."""
+    return Case(name, params, 0, hidden=True)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A recognisable wrong computation: if the kernel's outputs match ``wrong(p, inputs)``
+    (and the correct outputs differ from it on that case), the check names ``explain``."""
+
+    name: str
+    explain: str
+    wrong: Callable
+
+
+@dataclass
+class Exercise:
+    id: str
+    module: str
+    kernel: str
+    signature: str
+    launch_shape: str  # how the kernel is launched, in words, for students
+    make_inputs: Callable  # (p, rng) -> dict of host arrays (float32/...)
+    outputs: dict  # name -> (p -> (shape, dtype))
+    reference: Callable  # (p, inputs) -> dict name -> float64 array
+    args: Callable  # (p, arrays) -> tuple of kernel args in signature order
+    grid: Callable  # p -> grid
+    block: Callable  # p -> block
+    cases: list
+    shared_mem: Callable = lambda p: 0
+    scratch: dict = field(default_factory=dict)  # name -> (p -> (shape, dtype)): poisoned work arrays, not compared
+    zeroed: tuple = ()  # outputs the launch expects zero-filled (kernels that accumulate with atomics)
+    mistakes: list = field(default_factory=list)
+    race_check: bool = False  # run one case under the race detector (and a second schedule) on the emulator
+    race_case: str | None = None  # which case; default: the last visible case (a barrier race needs several tiles)
+    options: tuple = ()
+    # (p, inputs) -> {output: float64 array}: the size of the terms behind each expected element
+    # (e.g. sum_k |a_ik b_kj| for a matmul), so the tolerance scales with the problem; see
+    # grader/checks.py. None: the size of the expected value itself.
+    magnitude: Callable | None = None
+    # output -> (rtol, atol) on every backend, in place of the dtype's tolerance (a conversion: (0, 0))
+    tolerance: dict = field(default_factory=dict)
+    # (profile, p) -> None, or why the kernel misses a memory property (bank conflicts, narrow accesses):
+    # judged on the emulator's memory profile of ``profile_case`` (default: the first visible case)
+    # once every case's values pass; on a GPU it is skipped with a sentence
+    profile_check: Callable | None = None
+    profile_case: str | None = None
+
+    def visible_cases(self):
+        return [c for c in self.cases if not c.hidden]
+
+
+REGISTRY: dict[str, Exercise] = {}
+
+
+def exercise(**kwargs) -> Exercise:
+    ex = Exercise(**kwargs)
+    if ex.id in REGISTRY:
+        raise ValueError(f"exercise {ex.id!r} declared twice")
+    REGISTRY[ex.id] = ex
+    return ex

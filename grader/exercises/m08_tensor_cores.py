@@ -1,0 +1,358 @@
+"""08_tensor_cores: matmuls on tensor cores (WMMA, then mma.sync with ldmatrix), the scores of
+one Q tile, and the FlashAttention-2 forward with S and P kept in mma fragments.
+
+The named mistakes below simulate, in float64, what a kernel computes when it gets one of the
+fragment layouts of grader/fragments.py wrong, so a check can say which one.
+"""
+import numpy as np
+
+from .. import benchspec
+from .. import reference as ref
+from ..checks import Mistake, case, exercise, hidden
+from ..launch import ceil_div
+from ._attention import forward_mistakes
+
+MODULE = "08_tensor_cores"
+F16, F32 = np.float16, np.float32
+TILE = 64  # mma_matmul's block tile (64 x 64 of C), and the Q and K/V tiles of the attention kernels
+WARP_ROWS = 16  # rows of one mma tile: what a warp owns
+
+
+def _f64(x):
+    return np.asarray(x, np.float64)
+
+
+def _pad(x, axis, multiple):
+    """``x`` zero-padded along ``axis`` to a multiple of ``multiple`` (what a kernel's zero-filled tile holds)."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, (-x.shape[axis]) % multiple)
+    return np.pad(x, pad)
+
+
+def _blocks8_transposed(x):
+    """Every aligned 8 x 8 block of the last two axes transposed in place (x zero-padded to
+    multiples of 8): what a matrix looks like through ldmatrix with the wrong ``.trans``."""
+    rows, cols = x.shape[-2:]
+    y = _pad(_pad(x, -2, 8), -1, 8)
+    r8, c8 = y.shape[-2] // 8, y.shape[-1] // 8
+    y = y.reshape(*y.shape[:-2], r8, 8, c8, 8).swapaxes(-1, -3).reshape(*y.shape[:-2], 8 * r8, 8 * c8)
+    return y[..., :rows, :cols]
+
+
+def _c_rows_paired(x):
+    """Rows of ``x`` [..., rows, cols] moved as by a store that puts accumulator float i of lane
+    (g, t) in row 2g + i / 2 instead of g + 8 (i / 2): in each 16-row tile, row g + 8h lands in
+    row 2g + h. Rows computed from padding (past the end) land in real rows too."""
+    rows = x.shape[-2]
+    y = _pad(x, -2, WARP_ROWS)
+    shape = y.shape
+    y = y.reshape(*shape[:-2], shape[-2] // WARP_ROWS, 2, 8, shape[-1])  # row = 16a + 8h + g
+    return y.swapaxes(-3, -2).reshape(shape)[..., :rows, :]  # row = 16a + 2g + h
+
+
+C_ROWS = ("C fragment stored to the wrong rows",
+          "accumulator float i of lane (g = lane / 4, t = lane % 4) is row g + 8 * (i / 2), column 2t + i % 2: "
+          "c[0], c[1] belong to row g and c[2], c[3] to row g + 8, not to rows 2g and 2g + 1.")
+
+# --------------------------------------------------------------------------- matmuls
+
+
+def _ab(p, rng):
+    return dict(A=rng.standard_normal((p.M, p.K)).astype(F16), B=rng.standard_normal((p.K, p.N)).astype(F16))
+
+
+def _matmul_ref(p, x):
+    return dict(C=ref.matmul(x["A"], x["B"]))
+
+
+def _first_k_tile(depth):
+    return Mistake("only the first tile along K", f"loop over all ceil_div(K, {depth}) steps along K, not just the first.",
+                   lambda p, x: dict(C=ref.matmul(x["A"][:, :depth], x["B"][:depth])) if p.K > depth else None)
+
+
+def _half_accumulation(p, x):
+    """The accumulator rounded to half after every mma (k = 16 products summed exactly, then to
+    float, as the tensor core does, then to half)."""
+    a, b = _f64(x["A"]), _f64(x["B"])
+    acc = np.zeros((p.M, p.N))
+    for k in range(0, p.K, 16):
+        acc = (acc + a[:, k:k + 16] @ b[k:k + 16]).astype(F32).astype(F16).astype(np.float64)
+    return dict(C=acc)
+
+
+MATMUL_SIGNATURE = "{}(const __half* A, const __half* B, float* C, int M, int N, int K)"
+
+exercise(
+    id="wmma_matmul",
+    module=MODULE,
+    kernel="wmma_matmul",
+    signature=MATMUL_SIGNATURE.format("wmma_matmul"),
+    launch_shape="grid = (ceil_div(N, 32), ceil_div(M, 32)), block = 128 (4 warps): warp w computes the 16 x 16 tile "
+    "(w / 2, w % 2) of the block's 32 x 32 tile of C with nvcuda::wmma fragments (half in, float accumulator); "
+    "M, N, K are multiples of 16",
+    make_inputs=_ab,
+    outputs=dict(C=lambda p: ((p.M, p.N), F32)),
+    reference=_matmul_ref,
+    args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+    grid=lambda p: (ceil_div(p.N, 32), ceil_div(p.M, 32)),
+    block=lambda p: 128,
+    cases=[
+        case("one_tile", M=16, N=16, K=16, seed=1),
+        case("one_block", M=32, N=32, K=64, seed=2),
+        case("partial_blocks", M=48, N=80, K=32, seed=3),
+        case("long_k", M=16, N=48, K=256, seed=4),
+        hidden("rectangular", M=112, N=48, K=96),
+        hidden("wide", M=32, N=160, K=48),
+    ],
+    mistakes=[
+        _first_k_tile(16),
+        Mistake("B read as column-major",
+                "B is stored row-major (a row holds consecutive columns): declare matrix_b with wmma::row_major and "
+                "leading dimension N. With col_major every 16 x 16 tile of B is read transposed.",
+                lambda p, x: dict(C=ref.matmul(x["A"], _f64(x["B"]).reshape(p.K // 16, 16, p.N // 16, 16)
+                                               .swapaxes(1, 3).reshape(p.K, p.N)))),
+    ],
+)
+
+MMA_CASES = [  # the race check runs on the first case: two steps along K, so a tile is overwritten
+    case("two_k_tiles", M=64, N=64, K=64, seed=1),
+    case("one_mma", M=16, N=8, K=16, seed=2),
+    case("tiny", M=3, N=5, K=7, seed=3),
+    case("ragged", M=70, N=50, K=40, seed=4),
+    case("long_k", M=32, N=72, K=256, seed=5),
+    hidden("sizes_127_129", M=127, N=129, K=100),
+    hidden("single_row", M=1, N=96, K=160),
+]
+
+exercise(
+    id="mma_matmul",
+    module=MODULE,
+    kernel="mma_matmul",
+    signature=MATMUL_SIGNATURE.format("mma_matmul"),
+    launch_shape=f"grid = (ceil_div(N, {TILE}), ceil_div(M, {TILE})), block = 128 (4 warps): the block stages a "
+    f"{TILE} x 32 tile of A and a 32 x {TILE} tile of B in shared memory (zero-filled past the edges) and warp w "
+    f"computes rows 16w..16w+15 of the block's {TILE} x {TILE} tile of C with mma_m16n8k16_f16, operands loaded "
+    "with ldmatrix; any M, N, K",
+    make_inputs=_ab,
+    outputs=dict(C=lambda p: ((p.M, p.N), F32)),
+    reference=_matmul_ref,
+    args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+    grid=lambda p: (ceil_div(p.N, TILE), ceil_div(p.M, TILE)),
+    block=lambda p: 128,
+    cases=MMA_CASES,
+    race_check=True,
+    race_case="two_k_tiles",
+    mistakes=[
+        _first_k_tile(32),
+        Mistake("B loaded without .trans",
+                "B is stored k-major (a row of B holds 8 consecutive n), but an mma B register holds two "
+                "consecutive k of one column n: load it with ldmatrix_x4_trans. Without .trans every 8 x 8 block "
+                "of B is used transposed.",
+                lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(_f64(x["B"]))))),
+        Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(ref.matmul(_pad(_f64(x["A"]), 0, 16), x["B"]))[:p.M])),
+        Mistake("accumulated in half precision",
+                "the tensor core adds the products in float: keep the accumulator float (mma_m16n8k16_f16 takes "
+                "and returns float c and d) and convert nothing until the final store.",
+                lambda p, x: _half_accumulation(p, x) if p.K > 16 else None),
+    ],
+)
+
+# --------------------------------------------------------------------------- Q K^T of one Q tile
+
+QK_D = 64
+
+
+def _qk_inputs(p, rng):
+    return dict(Q=rng.standard_normal((p.N, QK_D)).astype(F16), K=rng.standard_normal((p.N, QK_D)).astype(F16))
+
+
+def _qk_scale(p):
+    return F32(getattr(p, "scale", 1.0 / np.sqrt(QK_D)))
+
+
+def _scores(q, k, scale):
+    return ref.scaled_scores(q, k, float(scale))
+
+
+exercise(
+    id="qk_scores_mma",
+    module=MODULE,
+    kernel="qk_scores_mma",
+    signature="qk_scores_mma(const __half* Q, const __half* K, float* S, int N, float scale)",
+    launch_shape=f"grid = ceil_div(N, {TILE}), block = 128 (4 warps): block x owns query rows {TILE}x..{TILE}x+{TILE - 1}, "
+    f"warp w rows 16w..16w+15 of them (its Q fragments kept in registers); the block walks over the keys in tiles "
+    f"of {TILE} staged in shared memory. Q, K [N, {QK_D}] half; S [N, N] float",
+    make_inputs=_qk_inputs,
+    outputs=dict(S=lambda p: ((p.N, p.N), F32)),
+    reference=lambda p, x: dict(S=_scores(x["Q"], x["K"], _qk_scale(p))),
+    args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.N), _qk_scale(p)),
+    grid=lambda p: ceil_div(p.N, TILE),
+    block=lambda p: 128,
+    options=(f"-DHEAD_DIM={QK_D}",),
+    race_check=True,
+    race_case="two_key_tiles",
+    cases=[
+        case("two_key_tiles", N=128, seed=1),
+        case("single_query", N=1, seed=2),
+        case("one_tile", N=64, seed=3),
+        case("tile_plus_one", N=65, seed=4),
+        case("ragged", N=150, seed=5),
+        hidden("sizes_191", N=191),
+        hidden("custom_scale", N=100, scale=0.3),
+    ],
+    mistakes=[
+        Mistake("scale never applied", "multiply each score by scale once.",
+                lambda p, x: dict(S=_scores(x["Q"], x["K"], 1.0))),
+        Mistake("scale applied twice", "multiply each score by scale once.",
+                lambda p, x: dict(S=_scores(x["Q"], x["K"], _qk_scale(p) ** 2))),
+        Mistake("K loaded with .trans",
+                "for S = Q K^T the B operand is K^T, and column n of K^T is row n of K: a row of K already holds "
+                "consecutive k, so the plain ldmatrix_x4 gives the B fragment. With .trans every 8 x 8 block of K "
+                "is used transposed.",
+                lambda p, x: dict(S=_scores(x["Q"], _blocks8_transposed(_f64(x["K"])), _qk_scale(p)))),
+        Mistake(*C_ROWS, lambda p, x: dict(S=_c_rows_paired(_scores(_pad(_f64(x["Q"]), 0, 16), x["K"], _qk_scale(p)))[:p.N])),
+    ],
+)
+
+# --------------------------------------------------------------------------- the flash forward
+
+
+def _flash_inputs(p, rng):
+    shape = (p.B, p.H, p.N, p.d)
+    q = rng.standard_normal(shape) * getattr(p, "spread", 1.0)
+    k, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    if getattr(p, "rising", False):  # later keys score higher: the running max grows tile after tile
+        q[..., 0] = np.abs(q[..., 0]) + 1.0
+        k[..., 0] += np.linspace(0.0, 6.0, p.N)
+    return dict(Q=q.astype(F16), K=k.astype(F16), V=v.astype(F16))
+
+
+def _flash_scale(p):
+    return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
+
+
+def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transposed=False, rows_paired=False):
+    """The forward as the tensor-core kernel computes it, in float64, tile of 64 keys by tile,
+    with switches for its fragment mistakes:
+
+    * ``quad_max=False``: the row max is never reduced across the quad, so each of the 4 lanes
+      holding a row (lane t holds keys with (key % 8) / 2 == t) keeps its own running max, its
+      own rescale factor (applied to the output columns c it holds, (c % 8) / 2 == t) and its own
+      share of l; P V still adds every lane's p.
+    * ``quad_sum=False``: the final row sum is not reduced across the quad: output column c is
+      divided by the share of l of the lane holding it; L (written by lane t = 0) uses lane 0's.
+    * ``p_swapped``: P packed as {p0p1, p4p5, p2p3, p6p7}: in every 16 x 16 block of P the
+      top-right and bottom-left 8 x 8 quadrants trade places.
+    * ``v_transposed``: V read without .trans: every 8 x 8 block of V used transposed.
+    * ``rows_paired``: O and L stored to the rows of :func:`_c_rows_paired`.
+    """
+    scale = float(_flash_scale(p))
+    q = _pad(_f64(x["Q"]), -2, TILE)  # query rows past N are zeros in the kernel's Q tile
+    k, v = _pad(_f64(x["K"]), -2, TILE), _pad(_f64(x["V"]), -2, TILE)
+    if v_transposed:
+        v = _blocks8_transposed(v)
+    nk = k.shape[-2]
+    lane_of_key = (np.arange(TILE) % 8) // 2
+    lane_of_col = (np.arange(p.d) % 8) // 2
+    rows = q.shape[:-1]
+    m = np.full(rows + (4,), -np.inf)  # per row, per lane of the quad
+    ell = np.zeros(rows + (4,))
+    acc = np.zeros(q.shape)
+    for start in range(0, nk, TILE):
+        s = scale * (q @ np.swapaxes(k[..., start:start + TILE, :], -1, -2))
+        s[..., np.arange(start, start + TILE) >= p.N] = -np.inf
+        per_lane = np.stack([s[..., lane_of_key == t].max(axis=-1) for t in range(4)], axis=-1)
+        tile_max = per_lane if not quad_max else np.repeat(per_lane.max(axis=-1, keepdims=True), 4, axis=-1)
+        m_new = np.maximum(m, tile_max)
+        base = np.where(np.isneginf(m_new), 0.0, m_new)
+        alpha = np.exp(m - base)
+        probs = np.exp(s - base[..., lane_of_key])
+        ell = alpha * ell + np.stack([probs[..., lane_of_key == t].sum(axis=-1) for t in range(4)], axis=-1)
+        if p_swapped:  # row = 16a + 8h + g, key = 16b + 8e + c: quadrant (h, e) takes (e, h)
+            sh = probs.shape
+            probs = probs.reshape(*sh[:-2], sh[-2] // 16, 2, 8, TILE // 16, 2, 8)
+            probs = probs.swapaxes(-5, -2).reshape(sh)
+        acc = alpha[..., lane_of_col] * acc + probs @ v[..., start:start + TILE, :]
+        m = m_new
+    total = ell.sum(axis=-1, keepdims=True)
+    l_col = total if quad_sum else ell[..., lane_of_col]
+    l_first = total[..., 0] if quad_sum else ell[..., 0]
+    with np.errstate(divide="ignore"):
+        o = acc / l_col
+        lse = m[..., 0] + np.log(l_first)
+    if rows_paired:
+        o, lse = _c_rows_paired(o), _c_rows_paired(lse[..., None])[..., 0]
+    return dict(O=o[..., :p.N, :], L=lse[..., :p.N])
+
+
+FLASH_MISTAKES = [
+    Mistake("row max not reduced across the quad",
+            "a row's scores of a 64-key tile sit in the 4 lanes of a quad (lanes 4g .. 4g + 3): after each lane's "
+            "own max, take fmaxf with __shfl_xor_sync(FULL_MASK, v, 1) and then with offset 2, so all four use "
+            "one max for p, the rescale factor and L.",
+            lambda p, x: _tc_forward(p, x, quad_max=False)),
+    Mistake("row sum not reduced across the quad",
+            "each lane adds up only the p of its own columns: before dividing, add the quad's four shares with "
+            "__shfl_xor_sync(FULL_MASK, l, 1) and offset 2.",
+            lambda p, x: _tc_forward(p, x, quad_sum=False)),
+    Mistake("P packed in the wrong register order",
+            "the A fragment of P for keys 16kk..16kk+15 is {row g keys 0-7, row g + 8 keys 0-7, row g keys 8-15, "
+            "row g + 8 keys 8-15}: pack(p[0], p[1]), pack(p[2], p[3]) from s[2kk] first, then pack(p[4], p[5]), "
+            "pack(p[6], p[7]) from s[2kk + 1].",
+            lambda p, x: _tc_forward(p, x, p_swapped=True) if p.N > 8 else None),
+    Mistake("V loaded without .trans",
+            "V is stored key-major (a row holds consecutive d), but the B operand of P V needs two consecutive "
+            "keys of one column d in a register: load V with ldmatrix_x4_trans.",
+            lambda p, x: dict(O=_tc_forward(p, x, v_transposed=True)["O"])),
+    Mistake(C_ROWS[0], C_ROWS[1] + " Here that is the row each lane writes of O and L.",
+            lambda p, x: _tc_forward(p, x, rows_paired=True)),
+]
+
+
+FLASH_CASES = [  # the race check runs on the first case: two key tiles, so the second load overwrites the first
+    case("two_tiles", B=1, H=1, N=128, seed=1),
+    case("single_query", B=1, H=1, N=1, seed=2),
+    case("tile_plus_one", B=1, H=2, N=65, seed=3),
+    case("rising_max", B=1, H=1, N=200, rising=True, seed=4),
+    case("large_logits", B=1, H=1, N=100, spread=8.0, seed=5),
+    case("batches_and_heads", B=2, H=2, N=70, seed=6),
+    hidden("sizes_127", B=1, H=2, N=127),
+    hidden("sizes_191_rising", B=1, H=1, N=191, rising=True),
+    hidden("custom_scale", B=1, H=1, N=96, scale=0.3),
+]
+
+
+def _flash_ref(p, x):
+    o, lse = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(_flash_scale(p)))
+    return dict(O=o, L=lse)
+
+
+for head_dim in (64, 128):
+    exercise(
+        id=f"tc_flash_fwd_d{head_dim}",
+        module=MODULE,
+        kernel="tc_flash_fwd",
+        signature="tc_flash_fwd(const elem* Q, const elem* K, const elem* V, elem* O, float* L, int N, float scale)",
+        launch_shape=f"compiled with -DHEAD_DIM={head_dim} (elem = __half); grid = (ceil_div(N, {TILE}), H, B), "
+        f"block = 128 (4 warps): block x owns query rows {TILE}x..{TILE}x+{TILE - 1} of head (blockIdx.z, blockIdx.y), "
+        f"warp w 16 of them; K/V tiles of {TILE} keys in static shared memory; S, P and the output accumulator "
+        "stay in mma fragments; Q, K, V, O [B, H, N, d] half, L [B, H, N] float (natural-log logsumexp)",
+        make_inputs=_flash_inputs,
+        outputs=dict(O=lambda p: ((p.B, p.H, p.N, p.d), F16), L=lambda p: ((p.B, p.H, p.N), F32)),
+        reference=_flash_ref,
+        args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), _flash_scale(p)),
+        grid=lambda p: (ceil_div(p.N, TILE), p.H, p.B),
+        block=lambda p: 128,
+        options=(f"-DHEAD_DIM={head_dim}",),
+        cases=[case(c.name, c.seed, **c.params, d=head_dim) if not c.hidden else hidden(c.name, **c.params, d=head_dim)
+               for c in FLASH_CASES],
+        race_check=True,
+        race_case="two_tiles",
+        mistakes=FLASH_MISTAKES + forward_mistakes(Mistake, TILE),
+    )
+
+# What `python -m grader bench` times the matmuls against: cuBLAS at 4096^3, half in, float out.
+for _id in ("wmma_matmul", "mma_matmul"):
+    benchspec.SPECS[_id] = benchspec.BenchSpec(
+        _id, "matmul", benchspec.MATMUL_SHAPE, lambda p: 2.0 * p.M * p.N * p.K,
+        lambda p, e: e * (p.M * p.K + p.K * p.N) + 4 * p.M * p.N, baseline="cublas")

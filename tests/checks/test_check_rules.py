@@ -1,0 +1,74 @@
+"""The comparison rule, inputs that must come back unchanged, and faults shown before numbers."""
+import numpy as np
+import pytest
+
+from grader.checks import CheckFailed, _within, check, compare, error_ratio, run_check
+from grader.kernel import RawKernel
+
+
+@pytest.mark.parametrize("got, ok", [(-np.inf, True), (0.0, False), (-1e30, False), (np.finfo(np.float32).min, False),
+                                     (np.inf, False), (np.nan, False)])
+def test_minus_infinity_must_match_exactly(got, ok):
+    assert _within(np.array([got]), np.array([-np.inf]), 2e-5, 2e-5).item() is ok
+
+
+def test_nan_only_where_nan_is_expected():
+    assert not _within(np.array([np.nan]), np.array([1.0]), 2e-5, 2e-5).item()
+    assert _within(np.array([np.nan]), np.array([np.nan]), 2e-5, 2e-5).item()
+    assert not _within(np.array([1.0]), np.array([np.nan]), 2e-5, 2e-5).item()
+
+
+def test_infinity_mismatch_is_named():
+    msg = compare("L", np.array([0.0, 1.0], np.float32), np.array([-np.inf, 1.0]), (2e-5, 2e-5), np.zeros(2, bool))
+    assert "are not -inf where -inf was expected" in msg and "L[0]" in msg
+
+
+def test_tolerance_scales_with_the_size_of_the_terms():
+    want, got = np.array([1e-3]), np.array([1e-3 + 1e-4])
+    assert not _within(got, want, 2e-5, 2e-5).item()
+    assert _within(got, want, 2e-5, 2e-5, magnitude=np.array([10.0])).item()  # terms of size 10 cancelled
+    assert error_ratio(got, want, (2e-5, 2e-5), np.array([10.0])) == pytest.approx(1e-4 / (2e-5 + 2e-4))
+    assert error_ratio(np.array([0.0]), np.array([-np.inf]), (2e-5, 2e-5)) == np.inf
+
+
+WRITES_INPUT = r'''
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { c[i] = a[i] + b[i]; ((float*)a)[i] = 0.0f; }
+}
+'''
+
+
+def test_emulator_copies_const_inputs_back():
+    k = RawKernel(WRITES_INPUT, "vector_add", backend="cpu")
+    a, b, c = np.ones(10, np.float32), np.ones(10, np.float32), np.zeros(10, np.float32)
+    k(1, 32, (a, b, c, np.int32(10)))
+    assert (c == 2).all() and (a == 0).all()
+
+
+def test_a_write_into_an_input_fails_by_name():
+    result = run_check("vector_add", WRITES_INPUT, backend="cpu", seed=1)
+    assert not result.passed
+    assert "the kernel wrote into its input a" in result.first_failure.message
+
+
+# Wrong numbers on every case, and an out-of-bounds write only on the later, larger cases.
+FAULTS_LATE = r'''
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] - b[i];
+    if (n > 1000 && i == 0) c[n + 100] = 1.0f;
+}
+'''
+
+
+def test_a_fault_is_shown_before_wrong_numbers(monkeypatch):
+    result = run_check("vector_add", FAULTS_LATE, backend="cpu", seed=1)
+    assert not result.results[0].fault and not result.results[0].passed  # the first case only mismatches
+    first = result.first_failure
+    assert first.fault and "OutOfBoundsError" in first.message, first.message
+    import sys
+
+    monkeypatch.setattr(sys.modules["grader.backend"], "_active", "cpu")
+    with pytest.raises(CheckFailed, match="OutOfBoundsError"):
+        check("vector_add", FAULTS_LATE, quiet=True)

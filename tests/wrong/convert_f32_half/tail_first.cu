@@ -1,0 +1,30 @@
+// expect: misaligned address
+// Mistake: the n % 4 leftover elements are taken at the front, so every float4 starts at x + (n % 4) + 4i: not 16-byte aligned.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+extern "C" __global__ void convert_f32_half(const float* x, __half* h, __nv_bfloat16* b, int n) {
+    // Thread i converts x[4i .. 4i+3]: one 16-byte load (a float4), then the four values as
+    // fp16 and as bf16, each stored with one 8-byte access (two 2-half pairs). The one group that
+    // straddles n converts its elements one at a time: a vector access there would run past the end.
+    int head = n % 4;                                   // leftovers first, then whole groups
+    int first = head + (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (blockIdx.x == 0 && threadIdx.x < head) {
+        h[threadIdx.x] = __float2half_rn(x[threadIdx.x]);
+        b[threadIdx.x] = __float2bfloat16_rn(x[threadIdx.x]);
+    }
+    if (first + 4 <= n) {
+        // first is a multiple of 4 and arrays start 256-byte aligned: x + first is 16-byte aligned,
+        // h + first and b + first 8-byte aligned.
+        float4 v = *reinterpret_cast<const float4*>(x + first);
+        __half2* hp = reinterpret_cast<__half2*>(h + first);
+        __nv_bfloat162* bp = reinterpret_cast<__nv_bfloat162*>(b + first);
+        uint2 hv, bv;                                   // 8 bytes each: four converted values
+        __half2 h01 = __floats2half2_rn(v.x, v.y), h23 = __floats2half2_rn(v.z, v.w);
+        __nv_bfloat162 b01 = __floats2bfloat162_rn(v.x, v.y), b23 = __floats2bfloat162_rn(v.z, v.w);
+        hv.x = *reinterpret_cast<unsigned*>(&h01);  hv.y = *reinterpret_cast<unsigned*>(&h23);
+        bv.x = *reinterpret_cast<unsigned*>(&b01);  bv.y = *reinterpret_cast<unsigned*>(&b23);
+        *reinterpret_cast<uint2*>(hp) = hv;
+        *reinterpret_cast<uint2*>(bp) = bv;
+    }
+}
