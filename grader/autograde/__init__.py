@@ -220,8 +220,9 @@ def autograde(module: str, *, root: Path | str = ROOT, submissions: str | Path =
         seed = int(env) if env else secrets.randbits(62)
     sandbox = bwrap_path() is not None
     notes = [] if sandbox else [
-        "bwrap (bubblewrap) is not installed: each check ran in its own process and session with rlimits, "
-        "but WITHOUT file-system, network or PID isolation (apt-get install bubblewrap)."]
+        "bwrap (bubblewrap) is not installed, or cannot make a sandbox on this machine (unprivileged user "
+        "namespaces off): each check ran in its own process and session with rlimits, but WITHOUT "
+        "file-system, network or PID isolation (apt-get install bubblewrap; `python -m grader doctor` says which)."]
     for lay in layouts:
         notes += [f"{lay.name}: {p}" for p in lay.problems]
 

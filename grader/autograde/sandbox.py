@@ -23,6 +23,7 @@ a private cache folder, no file-system or network isolation), and the report say
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -41,7 +42,22 @@ BOOT = ("import sys; sys.path[:0] = [{pkg!r}, {site!r}]; "
 
 
 def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
+    """bwrap, if it is installed AND can make the sandbox here: unprivileged user namespaces are
+    off on some machines and containers, where bwrap runs but every sandbox fails."""
+    return _usable_bwrap(shutil.which("bwrap"))
+
+
+@functools.lru_cache(maxsize=None)
+def _usable_bwrap(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        probe = subprocess.run([path, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+                                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+                               capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if probe.returncode == 0 else None
 
 
 @dataclass
