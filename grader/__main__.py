@@ -55,7 +55,7 @@ def _check(args) -> int:
     print(result.summary())
     # Faults first: a race or an out-of-bounds access explains wrong numbers in other cases.
     if not result.passed:
-        print("\n" + result.first_failure().message)
+        print("\n" + result.first_failure.message)
     return 0 if result.passed else 1
 
 

@@ -54,7 +54,23 @@ POISON_BITS = {"float16": 0x7E5B, "bfloat16": 0x7FDB, "float32": 0x7FC0BAD5, "fl
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+# NumPy has no bfloat16: an array of it is its bits, uint16 (what CuPy and the emulator take for a
+# __nv_bfloat16* parameter), and exercises name the type "bfloat16" to say how to read them.
+BF16 = "bfloat16"
+
+
+def storage_dtype(dtype) -> np.dtype:
+    return np.dtype(np.uint16) if dtype == BF16 else np.dtype(dtype)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bfloat16 bits (exact: a bfloat16 is the top half of a float32)."""
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
 def poison_host(shape, dtype) -> np.ndarray:
+    if dtype == BF16:
+        return np.full(shape, POISON_BITS[BF16], dtype=np.uint16)
     dt = np.dtype(dtype)
     if dt.name in POISON_BITS:
         return np.full(shape, POISON_BITS[dt.name], dtype=_UINT[dt.itemsize]).view(dt)
@@ -62,13 +78,14 @@ def poison_host(shape, dtype) -> np.ndarray:
         shape, np.iinfo(_UINT[dt.itemsize]).max, dtype=_UINT[dt.itemsize]).view(dt)
 
 
-def never_written(x) -> np.ndarray:
-    """Boolean mask of elements that still hold the poison of :func:`empty`."""
+def never_written(x, dtype=None) -> np.ndarray:
+    """Boolean mask of elements that still hold the poison of :func:`empty` (``dtype`` "bfloat16"
+    reads uint16 storage as bfloat16)."""
     host = to_host(x)
-    dt = host.dtype
-    if dt.name not in POISON_BITS:
+    name = BF16 if dtype == BF16 else host.dtype.name
+    if name not in POISON_BITS:
         return np.zeros(host.shape, dtype=bool)
-    return host.view(_UINT[dt.itemsize]) == POISON_BITS[dt.name]
+    return host.view(_UINT[host.dtype.itemsize]) == POISON_BITS[name]
 
 
 def empty(shape, dtype=np.float32):
@@ -82,4 +99,4 @@ def empty(shape, dtype=np.float32):
 
 
 def zeros(shape, dtype=np.float32):
-    return array_module().zeros(shape, dtype=dtype)
+    return array_module().zeros(shape, dtype=storage_dtype(dtype))

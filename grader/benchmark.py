@@ -517,7 +517,7 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
 
     result = run_check(exercise, source, backend="gpu")
     if not result.passed:
-        report.check_message = result.first_failure().message
+        report.check_message = result.first_failure.message
         return report
     report.check_passed = True
 

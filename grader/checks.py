@@ -41,7 +41,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .arrays import empty, never_written, to_device, to_host, zeros
+from .arrays import BF16, bf16_values, empty, never_written, to_device, to_host, zeros
 from .backend import backend as active_backend
 from .errors import BackendUnavailableError, CourseError, KernelFault, RaceConditionError
 # The vocabulary exercises are declared in lives in exercise_rows; re-exported here because
@@ -317,6 +317,21 @@ def changed_inputs(inputs: dict, after: dict) -> str | None:
     return None
 
 
+def _dtype_name(ex: Exercise, name: str, p) -> str:
+    dtype = ex.outputs[name](p)[1]
+    return BF16 if dtype == BF16 else np.dtype(dtype).name
+
+
+def _values(ex: Exercise, p, got: dict) -> tuple[dict, dict]:
+    """(values, never-written masks) of the outputs: bfloat16 bits read as float32."""
+    values, unwritten = {}, {}
+    for name, raw in got.items():
+        dtype = _dtype_name(ex, name, p)
+        unwritten[name] = never_written(raw, dtype)
+        values[name] = bf16_values(raw) if dtype == BF16 else raw
+    return values, unwritten
+
+
 def _tolerance(ex: Exercise, name: str, dtype: str, be: str):
     return ex.tolerance.get(name) or TOLERANCES[(dtype, be)]
 
@@ -340,10 +355,11 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
     if wrote:
         return CaseResult(c, False, f"case {shown}: {wrote}")
     mags = _magnitudes(ex, p, inputs)
+    got, never = _values(ex, p, got)
     for name in ex.outputs:
         want = np.asarray(expected[name], dtype=np.float64)
-        dtype = np.dtype(ex.outputs[name](p)[1]).name
-        unwritten = never_written(got[name])
+        dtype = _dtype_name(ex, name, p)
+        unwritten = never[name]
         diff = compare(name, got[name], want, _tolerance(ex, name, dtype, be), unwritten, be, mags.get(name))
         if diff:  # the first wrong output explains the rest
             hint = (_named_mistake(ex, p, inputs, got, expected, be, mags)
@@ -359,9 +375,10 @@ def case_margins(ex: Exercise, compiled, c: Case, seed: int, be: str) -> dict:
     if changed_inputs(inputs, after):
         return {name: float("inf") for name in ex.outputs}
     mags = _magnitudes(ex, p, inputs)
+    got, _ = _values(ex, p, got)
     out = {}
     for name in ex.outputs:
-        dtype = np.dtype(ex.outputs[name](p)[1]).name
+        dtype = _dtype_name(ex, name, p)
         out[name] = error_ratio(got[name], expected[name], _tolerance(ex, name, dtype, be), mags.get(name))
     return out
 
@@ -377,7 +394,7 @@ def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
             continue
         matches, distinct = True, False
         for name, w in wrong.items():
-            dtype = np.dtype(ex.outputs[name](p)[1]).name
+            dtype = _dtype_name(ex, name, p)
             rtol, atol = _tolerance(ex, name, dtype, be)
             w = np.asarray(w, dtype=np.float64)
             loose = (rtol * 10, atol * 10)

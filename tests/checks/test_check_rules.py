@@ -72,3 +72,56 @@ def test_a_fault_is_shown_before_wrong_numbers(monkeypatch):
     monkeypatch.setattr(sys.modules["grader.backend"], "_active", "cpu")
     with pytest.raises(CheckFailed, match="OutOfBoundsError"):
         check("vector_add", FAULTS_LATE, quiet=True)
+
+
+def test_the_check_command_shows_the_first_failure(tmp_path, capsys):
+    from grader.__main__ import main
+
+    path = tmp_path / "k.cu"
+    path.write_text(WRITES_INPUT)
+    assert main(["check", "vector_add", str(path), "--backend", "cpu"]) == 1
+    assert "the kernel wrote into its input a" in capsys.readouterr().out
+
+
+# bfloat16 outputs: stored as their bits (uint16), compared as values with bfloat16's tolerance.
+BF16_COPY = r'''
+#include <cuda_bf16.h>
+extern "C" __global__ void to_bf16(const float* x, __nv_bfloat16* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n - SKIP) y[i] = __float2bfloat16(x[i] * FACTOR);
+}
+'''
+
+
+def _bf16_exercise():
+    from types import SimpleNamespace
+
+    from grader.exercise_rows import Exercise, case
+
+    return Exercise(
+        id="to_bf16", module="tests", kernel="to_bf16",
+        signature="to_bf16(const float* x, __nv_bfloat16* y, int n)", launch_shape="one thread per element",
+        make_inputs=lambda p, rng: {"x": rng.standard_normal(p.n).astype(np.float32)},
+        outputs={"y": lambda p: ((p.n,), "bfloat16")},
+        reference=lambda p, x: {"y": x["x"].astype(np.float64)},
+        args=lambda p, a: (a.x, a.y, np.int32(p.n)), grid=lambda p: (p.n + 63) // 64, block=lambda p: 64,
+        cases=[case("small", n=100, seed=1)])
+
+
+@pytest.mark.parametrize("skip, factor, verdict", [(0, 1.0, "pass"), (1, 1.0, "never written"), (0, 1.1, "differ")])
+def test_bfloat16_outputs_are_compared_as_values(skip, factor, verdict):
+    from grader.checks import run_case
+    from grader.emulator import compile_kernel
+    from grader.signature import parse_signature
+    from grader.source import translation_unit
+
+    ex = _bf16_exercise()
+    tu = translation_unit(BF16_COPY)
+    k = compile_kernel(tu, "to_bf16", parse_signature(tu, "to_bf16"), (f"-DSKIP={skip}", f"-DFACTOR={factor}f"))
+    launch = lambda grid, block, args, shared_mem=0, **kw: k.launch(  # noqa: E731
+        (grid, 1, 1), (block, 1, 1), list(args), shared_mem, **kw)
+    result = run_case(ex, launch, ex.cases[0], seed=1, be="cpu")
+    if verdict == "pass":
+        assert result.passed, result.message
+    else:
+        assert not result.passed and verdict in result.message, result.message
