@@ -8,9 +8,11 @@ import numpy as np
 
 from .. import benchspec
 from .. import reference as ref
+from ..arrays import BF16, bf16_values
 from ..checks import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import forward_mistakes
+from .m07_memory_and_precision import bf16_bits
 
 MODULE = "08_tensor_cores"
 F16, F32 = np.float16, np.float32
@@ -217,14 +219,20 @@ exercise(
 # --------------------------------------------------------------------------- the flash forward
 
 
-def _flash_inputs(p, rng):
+def _flash_draw(p, rng):
+    """Q, K, V in float64 [B, H, N, d]; ``spread`` scales Q (large logits), ``rising`` makes
+    later keys score higher."""
     shape = (p.B, p.H, p.N, p.d)
     q = rng.standard_normal(shape) * getattr(p, "spread", 1.0)
     k, v = rng.standard_normal(shape), rng.standard_normal(shape)
     if getattr(p, "rising", False):  # later keys score higher: the running max grows tile after tile
         q[..., 0] = np.abs(q[..., 0]) + 1.0
         k[..., 0] += np.linspace(0.0, 6.0, p.N)
-    return dict(Q=q.astype(F16), K=k.astype(F16), V=v.astype(F16))
+    return dict(Q=q, K=k, V=v)
+
+
+def _flash_inputs(p, rng):
+    return {name: v.astype(F16) for name, v in _flash_draw(p, rng).items()}
 
 
 def _flash_scale(p):
@@ -349,6 +357,52 @@ for head_dim in (64, 128):
         race_check=True,
         race_case="two_tiles",
         mistakes=FLASH_MISTAKES + forward_mistakes(Mistake, TILE),
+    )
+
+# --------------------------------------------------------------------------- the same kernel in bfloat16
+# -DELEM_BF16=1 builds tc_flash_fwd with __nv_bfloat16 tensors and mma_m16n8k16_bf16. NumPy has no
+# bfloat16: Q, K, V are passed as their bits (float32 rounded to nearest even), O comes back as
+# bits too, and the reference and the mistakes work on the values those bits hold.
+
+
+def _flash_inputs_bf16(p, rng):
+    """The fp16 rows' draws, rounded from float32 to bfloat16 (to nearest even), as bits."""
+    return {name: bf16_bits(v.astype(F32)) for name, v in _flash_draw(p, rng).items()}
+
+
+def _bf16_as_values(x):
+    """The inputs' bfloat16 bits as the float32 values they hold."""
+    return {name: bf16_values(v) for name, v in x.items()}
+
+
+def _on_values(m):
+    """``m`` (a mistake of the fp16 rows) applied to the values of bfloat16 inputs."""
+    return Mistake(m.name, m.explain, lambda p, x, wrong=m.wrong: wrong(p, _bf16_as_values(x)))
+
+
+BF16_FLASH_MISTAKES = [_on_values(m) for m in FLASH_MISTAKES + forward_mistakes(Mistake, TILE)]
+
+for head_dim in (64, 128):
+    exercise(
+        id=f"tc_flash_fwd_bf16_d{head_dim}",
+        module=MODULE,
+        kernel="tc_flash_fwd",
+        signature="tc_flash_fwd(const elem* Q, const elem* K, const elem* V, elem* O, float* L, int N, float scale)",
+        launch_shape=f"compiled with -DHEAD_DIM={head_dim} -DELEM_BF16=1 (elem = __nv_bfloat16); grid = "
+        f"(ceil_div(N, {TILE}), H, B), block = 128 (4 warps): as tc_flash_fwd_d{head_dim}, with bfloat16 tensors "
+        "and mma_m16n8k16_bf16; Q, K, V, O [B, H, N, d] bfloat16 (passed as uint16 bits), L [B, H, N] float",
+        make_inputs=_flash_inputs_bf16,
+        outputs=dict(O=lambda p: ((p.B, p.H, p.N, p.d), BF16), L=lambda p: ((p.B, p.H, p.N), F32)),
+        reference=lambda p, x: _flash_ref(p, _bf16_as_values(x)),
+        args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), _flash_scale(p)),
+        grid=lambda p: (ceil_div(p.N, TILE), p.H, p.B),
+        block=lambda p: 128,
+        options=(f"-DHEAD_DIM={head_dim}", "-DELEM_BF16=1"),
+        cases=[case(c.name, c.seed, **c.params, d=head_dim) if not c.hidden else hidden(c.name, **c.params, d=head_dim)
+               for c in FLASH_CASES],
+        race_check=True,
+        race_case="two_tiles",
+        mistakes=BF16_FLASH_MISTAKES,
     )
 
 # What `python -m grader bench` times the matmuls against: cuBLAS at 4096^3, half in, float out.
