@@ -10,6 +10,10 @@ from grader.course import solution_source
 WRONG = Path(__file__).resolve().parents[1] / "wrong"
 get_exercise("vector_add")  # register every exercise
 WRONG_KERNELS = sorted(WRONG.glob("*/*.cu"))
+# Exercises that grade the same kernel as another in a different precision share its wrong kernels.
+SAME_KERNEL = {"tc_flash_fwd_bf16_d64": "tc_flash_fwd_d64", "tc_flash_fwd_bf16_d128": "tc_flash_fwd_d128"}
+CASES = [(p.parent.name, p) for p in WRONG_KERNELS] + [
+    (ex, p) for ex, twin in SAME_KERNEL.items() for p in sorted((WRONG / twin).glob("*.cu"))]
 
 
 def expectation(path: Path) -> str:
@@ -18,10 +22,10 @@ def expectation(path: Path) -> str:
     return first.removeprefix("// expect: ").strip()
 
 
-@pytest.mark.parametrize("path", WRONG_KERNELS, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_wrong_kernel_is_caught_and_named(path):
-    result = run_check(path.parent.name, path.read_text(), include_hidden=True, backend="cpu", seed=2024)
-    assert not result.passed, f"{path.name} passed every case of {path.parent.name}"
+@pytest.mark.parametrize("exercise, path", CASES, ids=[f"{ex}/{p.stem}" for ex, p in CASES])
+def test_wrong_kernel_is_caught_and_named(exercise, path):
+    result = run_check(exercise, path.read_text(), include_hidden=True, backend="cpu", seed=2024)
+    assert not result.passed, f"{path.name} passed every case of {exercise}"
     messages = "\n".join(r.message for r in result.results if not r.passed)
     assert expectation(path) in messages, messages
 
