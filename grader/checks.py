@@ -34,6 +34,7 @@ barrier misuse, time limit), that case's report is the one shown first (:attr:`C
 """
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ import numpy as np
 
 from .arrays import BF16, bf16_values, empty, never_written, to_device, to_host, zeros
 from .backend import backend as active_backend
-from .errors import BackendUnavailableError, CourseError, KernelFault, RaceConditionError
+from .errors import BackendUnavailableError, CourseError, KernelFault, KernelTimeoutError, RaceConditionError
 # The vocabulary exercises are declared in lives in exercise_rows; re-exported here because
 # exercise modules may import it from grader.checks.
 from .exercise_rows import REGISTRY, Case, Exercise, Mistake, case, exercise, hidden  # noqa: F401
@@ -62,6 +63,9 @@ TOLERANCES = {
     ("int32", "gpu"): (0, 0),
 }
 SHOW_MISMATCHES = 5
+
+
+CHECK_TIME_LIMIT = 8.0
 
 
 def get_exercise(exercise_id: str) -> Exercise:
@@ -276,7 +280,7 @@ def _source_of(kernel) -> str:
     return str(code)
 
 
-def _launch(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = False):
+def _launch(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = False, time_limit: float | None = None):
     """:func:`launch_case`, also returning the input arrays as they came back from the device."""
     p = SimpleNamespace(**c.params)
     inputs = ex.make_inputs(p, np.random.default_rng(seed))
@@ -285,8 +289,13 @@ def _launch(ex: Exercise, compiled, c: Case, seed: int, race_check: bool = False
     for name, spec in (ex.outputs | ex.scratch).items():
         shape, dtype = spec(p)
         arrays[name] = zeros(shape, dtype) if name in ex.zeroed else empty(shape, dtype)
-    extra = {"race_check": True} if race_check else {}
-    compiled(ex.grid(p), ex.block(p), ex.args(p, SimpleNamespace(**arrays)), shared_mem=ex.shared_mem(p), **extra)
+    extra = ({"race_check": True} if race_check else {}) | ({"time_limit": time_limit} if time_limit else {})
+    smem = ex.shared_mem(p)
+    # The launch shape is the exercise's contract, so the check opts in to the shared memory it names.
+    kernel = compiled.func if isinstance(compiled, functools.partial) else compiled
+    if hasattr(kernel, "max_dynamic_shared_size_bytes"):  # (a test may pass any callable)
+        kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, smem)
+    compiled(ex.grid(p), ex.block(p), ex.args(p, SimpleNamespace(**arrays)), shared_mem=smem, **extra)
     got = {name: to_host(arrays[name]) for name in ex.outputs}
     after = {name: to_host(arrays[name]) for name in inputs if name not in ex.outputs and name not in ex.scratch}
     return p, inputs, expected, got, after
@@ -340,16 +349,31 @@ def _magnitudes(ex: Exercise, p, inputs) -> dict:
     return ex.magnitude(p, inputs) if ex.magnitude is not None else {}
 
 
+def check_time_limit() -> float:
+    """Seconds one case may run on the emulator during a check (``GRADER_CHECK_TIME_LIMIT``). The
+    course's cases take well under a second each; a kernel that never ends is stopped after this,
+    and the cases after it are not run, so one endless loop costs seconds, not a cell's timeout."""
+    if "GRADER_CHECK_TIME_LIMIT" in os.environ:
+        return float(os.environ["GRADER_CHECK_TIME_LIMIT"])
+    return min(CHECK_TIME_LIMIT, float(os.environ.get("GRADER_TIME_LIMIT", CHECK_TIME_LIMIT)))
+
+
 def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bool = False) -> CaseResult:
     shown = c.describe(with_seed=not c.hidden)
+    # The race detector's shadow memory makes a launch a few times slower.
+    limit = check_time_limit() * (3 if race_check else 1) if be == "cpu" else None
     try:
-        p, inputs, expected, got, after = _launch(ex, compiled, c, seed, race_check)
+        p, inputs, expected, got, after = _launch(ex, compiled, c, seed, race_check, limit)
     except RaceConditionError as err:
         hint = "" if err.explained else ("\n  Look for a missing __syncthreads(): after loading a tile, and again "
                                           "before the next iteration overwrites it.")
         return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}{hint}", fault=True)
     except KernelFault as err:
-        return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {err}",
+        text = str(err)
+        if isinstance(err, KernelTimeoutError):
+            text = text.replace("raise time_limit (or GRADER_TIME_LIMIT)",
+                                "set GRADER_CHECK_TIME_LIMIT (seconds per case in a check)")
+        return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {text}",
                           fault=True)
     wrote = changed_inputs(inputs, after)
     if wrote:
@@ -430,13 +454,20 @@ def run_check(exercise_id: str, source: str, *, include_hidden: bool = False, ba
     base = grading_seed() if seed is None else seed
     results = []
     race_name = (ex.race_case or ex.visible_cases()[-1].name) if ex.race_check and be == "cpu" else None
+    stuck = None  # the case whose launch ran out of time: the later ones are not run
     for i, c in enumerate(cases):
         case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
         race = c.name == race_name
+        if stuck is not None:
+            results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: not run: the kernel did not finish "
+                                                f"case '{stuck}'", fault=True))
+            continue
         try:
             results.append(run_case(ex, compiled, c, case_seed, be, race_check=race))
         except CourseError as err:
             results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}", fault=True))
+        if "(KernelTimeoutError)" in results[-1].message:
+            stuck = c.name
     if ex.profile_check is not None and all(r.passed for r in results):
         results.append(_profile_result(ex, compiled, be))
     return CheckResult(ex.id, be, results)
@@ -451,7 +482,7 @@ def _profile_result(ex: Exercise, compiled, be: str) -> CaseResult:
         return CaseResult(c, True, f"{shown}: memory profile not checked: the profiler is part of the CPU "
                                    "emulator (GRADER_BACKEND=cpu)")
     try:
-        launch_case(ex, lambda *a, **kw: compiled(*a, profile=True, **kw), c, c.seed)
+        launch_case(ex, functools.partial(compiled, profile=True), c, c.seed)
     except BackendUnavailableError as err:
         return CaseResult(c, True, f"{shown}: memory profile not checked: {err}")
     why = ex.profile_check(compiled.last_launch.profile, SimpleNamespace(**c.params))

@@ -125,3 +125,30 @@ def test_bfloat16_outputs_are_compared_as_values(skip, factor, verdict):
         assert result.passed, result.message
     else:
         assert not result.passed and verdict in result.message, result.message
+
+
+ENDLESS = r'''
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    while (i >= 0) i = i * 1;
+    if (i < n) c[i] = a[i] + b[i];
+}
+'''
+
+
+def test_an_endless_kernel_costs_one_case(monkeypatch):
+    monkeypatch.setenv("GRADER_CHECK_TIME_LIMIT", "0.5")
+    first, *rest = run_check("vector_add", ENDLESS).results
+    assert "still running after 0.5 s" in first.message and "line 4" in first.message
+    assert "GRADER_CHECK_TIME_LIMIT" in first.message
+    assert rest and all(f"not run: the kernel did not finish case '{first.case.name}'" in r.message for r in rest)
+
+
+def test_the_check_time_limit_never_exceeds_a_launch_limit(monkeypatch):
+    from grader.checks import check_time_limit
+
+    monkeypatch.delenv("GRADER_CHECK_TIME_LIMIT", raising=False)
+    monkeypatch.setenv("GRADER_TIME_LIMIT", "3")
+    assert check_time_limit() == 3.0
+    monkeypatch.setenv("GRADER_TIME_LIMIT", "60")
+    assert check_time_limit() == 8.0
