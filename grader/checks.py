@@ -470,6 +470,8 @@ def run_check(exercise_id: str, source: str, *, include_hidden: bool = False, ba
             stuck = c.name
     if ex.profile_check is not None and all(r.passed for r in results):
         results.append(_profile_result(ex, compiled, be))
+    if ex.io_check is not None and all(r.passed for r in results):
+        results.append(_io_result(ex, compiled, be))
     return CheckResult(ex.id, be, results)
 
 
@@ -489,6 +491,24 @@ def _profile_result(ex: Exercise, compiled, be: str) -> CaseResult:
     if why:
         return CaseResult(c, False, f"case {shown}: the values are right, but the memory profile is not.\n  {why}")
     return CaseResult(c, True, f"{shown}: memory profile as required")
+
+
+def _io_result(ex: Exercise, compiled, be: str) -> CaseResult:
+    """The exercise's traffic property (``Exercise.io_check``), judged on the emulator's byte counts
+    of one case; the values have passed already."""
+    c = next((c for c in ex.cases if c.name == ex.io_case), None) or ex.visible_cases()[0]
+    shown = c.describe()
+    if be != "cpu":
+        return CaseResult(c, True, f"{shown}: bytes moved not checked: counting them is part of the CPU emulator "
+                                   "(GRADER_BACKEND=cpu)")
+    try:
+        launch_case(ex, functools.partial(compiled, count_io=True), c, c.seed)
+    except BackendUnavailableError as err:
+        return CaseResult(c, True, f"{shown}: bytes moved not checked: {err}")
+    why = ex.io_check(compiled.last_launch.io, SimpleNamespace(**c.params))
+    if why:
+        return CaseResult(c, False, f"case {shown}: the values are right, but the bytes moved are not.\n  {why}")
+    return CaseResult(c, True, f"{shown}: bytes moved as required")
 
 
 def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False) -> None:

@@ -79,6 +79,11 @@ class Exercise:
     # once every case's values pass; on a GPU it is skipped with a sentence
     profile_check: Callable | None = None
     profile_case: str | None = None
+    # (io, p) -> None, or why the bytes the kernel moved are not the algorithm's (a causal kernel that
+    # reads every K/V tile): judged on the emulator's byte counts (count_io) of ``io_case`` once the
+    # values pass; on a GPU it is skipped with a sentence
+    io_check: Callable | None = None
+    io_case: str | None = None
 
     def visible_cases(self):
         return [c for c in self.cases if not c.hidden]

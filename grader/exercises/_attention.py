@@ -270,3 +270,25 @@ def row_pairs_mistake(Mistake, br):
                    "a row of the score tile is 16 lanes of a warp: reduce with __shfl_xor_sync(FULL_MASK, v, "
                    "offset, 16) for offset = 8, 4, 2, 1. With offsets from 16 (width 32) two rows share one "
                    "max and one sum.", wrong)
+
+
+def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15):
+    """An ``io_check`` for causal forwards: K and V must be read about once per key tile that a
+    block of ``rows_per_block`` query rows needs (tiles of ``bc`` keys up to the block's last row),
+    not once per tile of the whole sequence."""
+
+    def check(io, p):
+        needed = 0
+        for r0 in range(0, p.N, rows_per_block):
+            last = min(r0 + rows_per_block, p.N) - 1
+            needed += min((last // bc + 1) * bc, p.N)  # key rows this block must load
+        needed *= 2 * p.d * elem_bytes * p.B * p.H  # K and V
+        read = io.per_array["K"][0] + io.per_array["V"][0]
+        if read <= slack * needed:
+            return None
+        return (f"your kernel read {read / needed:.2f}x the K and V bytes that loading each needed key tile once "
+                f"needs ({read} bytes, {needed} needed). A block may skip every key tile that lies entirely above "
+                f"its last query row (keys past it are all masked): loop over last_row / {bc} + 1 tiles, not over "
+                "all of them; and load each tile once per block (into shared memory), not once per thread.")
+
+    return check

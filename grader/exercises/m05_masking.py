@@ -4,7 +4,8 @@ import numpy as np
 from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import OUTPUTS, _keep_mask, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of
+from ._attention import (OUTPUTS, _keep_mask, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of,
+                         tile_skipping_io)
 
 MODULE = "05_masking"
 F32 = np.float32
@@ -53,6 +54,7 @@ exercise(
         case("rising_max", B=1, H=1, N=100, d=64, rising=True, seed=4),
         case("batches_and_heads", B=2, H=2, N=70, d=32, seed=5),
         case("other_scale", B=1, H=2, N=90, d=40, scale=0.6, seed=6),
+        case("five_row_blocks", B=1, H=1, N=320, d=16, seed=9),
         case("scores_below_minus_87", B=1, H=1, N=70, d=32, negative=150.0, seed=7),
         case("falling_max", B=1, H=1, N=100, d=32, falling=200.0, seed=8),
         hidden("head_dim_128", B=1, H=1, N=65, d=128),
@@ -81,6 +83,8 @@ exercise(
         *forward_mistakes(Mistake, BC, keep=lambda p, x: _keep_mask(p.N, causal=True)),
     ],
     race_case="two_row_blocks",
+    io_check=tile_skipping_io(ROWS_PER_BLOCK, BC, 4),
+    io_case="five_row_blocks",
 )
 
 
