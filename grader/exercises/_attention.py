@@ -272,23 +272,33 @@ def row_pairs_mistake(Mistake, br):
                    "max and one sum.", wrong)
 
 
-def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15):
-    """An ``io_check`` for causal forwards: K and V must be read about once per key tile that a
-    block of ``rows_per_block`` query rows needs (tiles of ``bc`` keys up to the block's last row),
-    not once per tile of the whole sequence."""
+
+def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False):
+    """An ``io_check`` for causal kernels: the other side must be read about once per tile that a
+    block needs, not once per tile of the whole sequence. Forward (a block owns ``rows_per_block``
+    query rows): K and V tiles of ``bc`` keys up to the block's last row. ``backward`` (a block owns
+    key rows): Q and dO tiles of ``bc`` queries from the one holding the block's first key on."""
+    names = ("Q", "dO") if backward else ("K", "V")
+
+    def rows_needed(r0, n):
+        if backward:
+            return n - r0 // bc * bc
+        return min(((min(r0 + rows_per_block, n) - 1) // bc + 1) * bc, n)
 
     def check(io, p):
-        needed = 0
-        for r0 in range(0, p.N, rows_per_block):
-            last = min(r0 + rows_per_block, p.N) - 1
-            needed += min((last // bc + 1) * bc, p.N)  # key rows this block must load
-        needed *= 2 * p.d * elem_bytes * p.B * p.H  # K and V
-        read = io.per_array["K"][0] + io.per_array["V"][0]
+        needed = sum(rows_needed(r0, p.N) for r0 in range(0, p.N, rows_per_block))
+        needed *= len(names) * p.d * elem_bytes * p.B * p.H
+        read = sum(io.per_array[name][0] for name in names)
         if read <= slack * needed:
             return None
-        return (f"your kernel read {read / needed:.2f}x the K and V bytes that loading each needed key tile once "
-                f"needs ({read} bytes, {needed} needed). A block may skip every key tile that lies entirely above "
-                f"its last query row (keys past it are all masked): loop over last_row / {bc} + 1 tiles, not over "
-                "all of them; and load each tile once per block (into shared memory), not once per thread.")
+        if backward:
+            skip = (f"a block may skip every query tile that lies entirely above the diagonal for its keys (all its "
+                    f"rows before the block's first key): start at the tile holding that key, first_key / {bc} * {bc}")
+        else:
+            skip = (f"a block may skip every key tile that lies entirely above its last query row (keys past it are "
+                    f"all masked): loop over last_row / {bc} + 1 tiles, not over all of them")
+        return (f"your kernel read {read / needed:.2f}x the {' and '.join(names)} bytes that loading each needed tile "
+                f"once needs ({read} bytes, {needed} needed). {skip[0].upper() + skip[1:]}; and load each tile once "
+                "per block (into shared memory), not once per thread.")
 
     return check

@@ -4,7 +4,7 @@ import numpy as np
 from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import backward_magnitude, qkv, scale_of
+from ._attention import backward_magnitude, qkv, scale_of, tile_skipping_io
 
 MODULE = "06_backward"
 F32 = np.float32
@@ -232,4 +232,6 @@ exercise(
     cases=[case(c.name, seed=c.seed, causal=True, **c.params) if not c.hidden else
            hidden(c.name, causal=True, **c.params) for c in GRAD_CASES],
     mistakes=_grad_mistakes(("dK", "dV")) + CAUSAL_MISTAKES,
+    io_check=tile_skipping_io(ROWS_PER_BLOCK, TILE, 4, backward=True),
+    io_case=RACE_CASE,
 )

@@ -1,4 +1,4 @@
-// expect: the K and V bytes that loading each needed key tile once
+// expect: the K and V bytes that loading each needed tile once
 #define BR 64     // query rows per block = threads per block
 #define BC 32     // keys per K/V tile
 #define D_MAX 128 // largest head dimension (fixed-size local arrays)
