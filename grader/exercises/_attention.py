@@ -273,25 +273,33 @@ def row_pairs_mistake(Mistake, br):
 
 
 
-def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False):
-    """An ``io_check`` for causal kernels: the other side must be read about once per tile that a
-    block needs, not once per tile of the whole sequence. Forward (a block owns ``rows_per_block``
-    query rows): K and V tiles of ``bc`` keys up to the block's last row. ``backward`` (a block owns
-    key rows): Q and dO tiles of ``bc`` queries from the one holding the block's first key on."""
+
+def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False, padded=False):
+    """An ``io_check`` for masked kernels: the other side must be read about once per tile that a
+    block needs, not once per tile of the whole sequence. Causal forward (a block owns
+    ``rows_per_block`` query rows): K and V tiles of ``bc`` keys up to the block's last row.
+    ``backward`` (a block owns key rows): Q and dO tiles of ``bc`` queries from the one holding the
+    block's first key on. ``padded``: K and V tiles up to the batch entry's key length."""
     names = ("Q", "dO") if backward else ("K", "V")
 
-    def rows_needed(r0, n):
+    def rows_needed(r0, n, length):
+        if padded:
+            return min(-(-length // bc) * bc, n)
         if backward:
             return n - r0 // bc * bc
         return min(((min(r0 + rows_per_block, n) - 1) // bc + 1) * bc, n)
 
     def check(io, p):
-        needed = sum(rows_needed(r0, p.N) for r0 in range(0, p.N, rows_per_block))
-        needed *= len(names) * p.d * elem_bytes * p.B * p.H
+        lengths = getattr(p, "lengths", (p.N,) * p.B)
+        needed = sum(rows_needed(r0, p.N, lengths[b]) for b in range(p.B) for r0 in range(0, p.N, rows_per_block))
+        needed *= len(names) * p.d * elem_bytes * p.H
         read = sum(io.per_array[name][0] for name in names)
         if read <= slack * needed:
             return None
-        if backward:
+        if padded:
+            skip = (f"a block may skip every key tile that is all padding: loop over ceil_div(key_lengths[b], {bc}) "
+                    "tiles, not over all of them")
+        elif backward:
             skip = (f"a block may skip every query tile that lies entirely above the diagonal for its keys (all its "
                     f"rows before the block's first key): start at the tile holding that key, first_key / {bc} * {bc}")
         else:

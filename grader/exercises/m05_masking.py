@@ -179,4 +179,6 @@ exercise(
         *forward_mistakes(Mistake, BC, keep=lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])),
     ],
     race_case="tile_boundaries",
+    io_check=tile_skipping_io(ROWS_PER_BLOCK, BC, 4, padded=True),
+    io_case="tile_boundaries",
 )
