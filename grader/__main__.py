@@ -12,6 +12,7 @@
     python -m grader release                       regenerate exercises/ and solutions/
     python -m grader release --student DIR         write the student bundle (no solutions, notebooks/ or tests)
     python -m grader start [DIR]                   copy the release into your working folder (~/flash-course-work)
+    python -m grader lab [DIR]                     JupyterLab in that folder, without the instructor's nbgrader tools
     python -m grader doctor                        backend, tools, what is missing and how to install it
     python -m grader autograde MODULE              clean, sandboxed grading into the gradebook (--help)
 """
@@ -133,6 +134,17 @@ def _release(args) -> int:
     return 0
 
 
+def _lab(args) -> int:
+    from .student import lab
+
+    try:
+        lab(args.dir, args.jupyter_args)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _start(args) -> int:
     from .student import start
 
@@ -195,6 +207,11 @@ def main(argv=None) -> int:
     p = sub.add_parser("start", help="copy the release into your own working folder (default ~/flash-course-work)")
     p.add_argument("dir", nargs="?", help="the working folder (created; existing files are kept)")
     p.set_defaults(run=_start)
+    p = sub.add_parser("lab", help="JupyterLab in your working folder, without Formgrader, Create Assignment and the "
+                       "course list (those are the instructor's)")
+    p.add_argument("dir", nargs="?", help="the working folder (default ~/flash-course-work)")
+    p.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="passed on to jupyter lab (e.g. --no-browser)")
+    p.set_defaults(run=_lab)
     p = sub.add_parser("doctor", help="backend, tools, what is missing and the command that installs it")
     p.add_argument("--json", action="store_true", help="print the items as JSON")
     p.set_defaults(run=_doctor)

@@ -8,13 +8,19 @@
 * :func:`start` (``python -m grader start [DIR]``) copies that release into a working folder of
   the student's own (default ``~/flash-course-work``) that ``git pull`` and an instructor's
   regeneration never touch; run again, it adds what is new and keeps every file already there.
+* :func:`lab` (``python -m grader lab [DIR]``) opens JupyterLab in that folder as students should
+  see it: the instructor's parts of nbgrader (Formgrader, Create Assignment, the course list and
+  the Nbgrader menu) switched off through the Jupyter config in ``grader/student_jupyter/``;
+  Validate and the assignment list stay.
 
 Everything a released notebook needs beyond the student's own kernels comes from the
 installed ``grader`` package (``grader.baselines``), never from the course repository.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from pathlib import Path
 
 from .course import ROOT, modules as course_modules
@@ -23,6 +29,7 @@ RELEASE = "exercises"
 READINGS = "modules"
 PLOTS = "benchmarks/results"
 DEFAULT_WORKSPACE = Path.home() / "flash-course-work"
+STUDENT_JUPYTER = Path(__file__).parent / "student_jupyter"  # labconfig/ and jupyter_server_config.json
 # Never in a student bundle: instructor notebooks, solutions, tests (tests/wrong included),
 # the gradebook and its submissions.
 PRIVATE = ("notebooks", "solutions", "tests", "grading", "nbgrader_config.py")
@@ -51,10 +58,11 @@ machine with an NVIDIA GPU, also install CuPy for your CUDA version:
 ## Work
 
 ```bash
-.venv/bin/jupyter lab
+.venv/bin/python -m grader lab .
 ```
 
-from this folder (not from `exercises/`, so the links to the readings work), then open
+from this folder (not from `exercises/`, so the links to the readings work): JupyterLab as a
+student needs it, without the instructor's grading tools. Then open
 `exercises/00_launching_kernels/` and go module by module: read `modules/NN_*/README.md`,
 write each kernel in its `%%cuda NAME` cell and run the check cell below it.
 
@@ -137,5 +145,24 @@ def start(dest: Path | str | None = None, root: Path | str = ROOT, *, quiet: boo
         what = f"{len(added)} file(s) added" + (f", {len(kept)} already there and kept as they are" if kept else "")
         print(f"your working copy: {dest} ({what})")
         print("work there, not in the course repository (git pull never touches it):")
-        print(f"  cd {dest} && {Path(__import__('sys').executable).parent / 'jupyter'} lab")
+        print(f"  {sys.executable} -m grader lab {dest}")
     return {"workspace": dest, "added": added, "kept": kept}
+
+
+def lab_environment(env=None) -> dict:
+    """``env`` (default: this process's) with the student Jupyter config first on JUPYTER_CONFIG_PATH."""
+    env = dict(os.environ if env is None else env)
+    rest = env.get("JUPYTER_CONFIG_PATH")
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join([str(STUDENT_JUPYTER)] + ([rest] if rest else []))
+    return env
+
+
+def lab(dest: Path | str | None = None, extra: list | tuple = ()) -> None:
+    """Replace this process with JupyterLab in the working folder ``dest`` (default
+    ``~/flash-course-work``), the instructor's nbgrader parts switched off."""
+    dest = Path(dest).expanduser().resolve() if dest is not None else DEFAULT_WORKSPACE
+    if not dest.is_dir():
+        raise ValueError(f"{dest} does not exist: run `python -m grader start` first to make your working copy")
+    jupyter = Path(sys.executable).parent / "jupyter"
+    os.chdir(dest)
+    os.execve(str(jupyter), [str(jupyter), "lab", *extra], lab_environment())

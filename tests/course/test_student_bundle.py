@@ -77,7 +77,7 @@ def test_bundle_holds_the_release_and_the_readings(bundle):
             assert (bundle / "modules" / m / "README.md").exists(), m
     readme = (bundle / "README.md").read_text()
     assert "pip install" in readme and "apt-get install" in readme and "grader doctor" in readme
-    assert "jupyter lab" in readme
+    assert "python -m grader lab ." in readme
 
 
 def test_bundle_holds_nothing_private(bundle):
@@ -190,3 +190,30 @@ def test_start_and_release_student_from_the_command_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "grader", "start", str(tmp_path / "w")],
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0 and "git pull never touches it" in out.stdout, out.stderr
+
+
+def test_lab_hides_the_instructors_nbgrader_parts():
+    """`grader lab` runs JupyterLab with grader/student_jupyter first on JUPYTER_CONFIG_PATH: the
+    page config switches the instructor's front-end plugins off and the server config their
+    server extensions (Formgrader answers 404), while Validate and the assignment list stay."""
+    import json
+    import subprocess
+
+    env = student.lab_environment({"PATH": "/usr/bin"})
+    code = ("from jupyterlab_server.config import get_static_page_config; import json; "
+            "print(json.dumps(get_static_page_config(level='all')))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    disabled = json.loads(out.stdout)["disabledExtensions"]
+    assert {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:course-list",
+            "@jupyter/nbgrader:menu"} <= {k for k, v in disabled.items() if v}
+    assert not disabled.get("@jupyter/nbgrader:validate-assignment")
+    server = json.loads((student.STUDENT_JUPYTER / "jupyter_server_config.json").read_text())
+    extensions = server["ServerApp"]["jpserver_extensions"]
+    assert extensions == {"nbgrader.server_extensions.formgrader": False, "nbgrader.server_extensions.course_list": False}
+    for module in extensions:  # names that exist, so the switch is not a silent no-op
+        __import__(module)
+
+
+def test_lab_refuses_a_missing_working_copy(tmp_path):
+    with pytest.raises(ValueError, match="grader start"):
+        student.lab(tmp_path / "nowhere")
