@@ -33,6 +33,7 @@ from grader.autograde.notebook import split_magic  # noqa: E402
 from grader.autograde.sandbox import Limits  # noqa: E402
 from grader.classroom import answer_cells, fill_answers, read_nb, write_nb  # noqa: E402
 from grader.course import modules as course_modules  # noqa: E402
+from grader.wrong_corpus import WRONG, wrong_kernels  # noqa: E402
 
 KINDS = ["correct", "blank", "wrong", "hanging", "crashing", "correct"]
 
@@ -59,9 +60,9 @@ def make_class(course: Path, students: int, modules: list[str]) -> dict:
                     if kind == "wrong":
                         for g in cuda:
                             kernel = split_magic(sol[g])[0]
-                            wrong = sorted((ROOT / "tests" / "wrong" / kernel).glob("*.cu"))
+                            wrong = wrong_kernels(kernel) if (WRONG / kernel).is_dir() else []
                             if wrong:
-                                pick = wrong[k % len(wrong)].read_text()
+                                pick = wrong[k % len(wrong)].source()
                                 answers[g] = f"%%cuda {kernel}\n" + re.sub(r"^// expect:.*\n", "", pick)
                     elif kind == "hanging" and cuda:
                         answers[cuda[0]] = _replace_body(sol[cuda[0]], "    while (true) { }")

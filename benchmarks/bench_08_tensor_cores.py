@@ -1,109 +1,91 @@
 """GPU evidence for module 08: every solution kernel of notebooks/08_tensor_cores, checked, then timed.
 
-The matmuls through `grader.bench` (cuBLAS baseline, 4096^3); the flash forward, whose element
-type is a compile-time option (so `grader.bench` cannot read it from the signature), with the
-same timer beside PyTorch's SDPA flash backend at B=4, H=16, S=4096, fp16 and bf16, d 64 and 128.
+All through `grader.bench`, which checks a kernel on its exercise's cases before timing it and
+reads the precision of its tensors from the source under the row's -D options: the matmuls
+against cuBLAS at 4096^3, and the flash forward (one source, `tc_flash_fwd`, graded as eight rows:
+fp16/bf16 x d 64/128 x causal or not) at B=4, H=16, S=4096 beside PyTorch's SDPA flash backend,
+with cuDNN's time beside it. Every grading case of those rows runs on the GPU first.
 
     PYTHONPATH=. GRADER_BACKEND=gpu python3 benchmarks/bench_08_tensor_cores.py OUT.json
+    PYTHONPATH=. python3 benchmarks/bench_08_tensor_cores.py --emulator    # the same calls, no GPU
+
+On a GPU the `bench` records are merged into OUT.json (benchmarks/results/08_tensor_cores.json):
+kernel `wmma_matmul`, `mma_matmul`, `tc_flash_fwd_d64`, `tc_flash_fwd_d64_causal`, ... (the dtype
+and `causal` are fields; `exercise` names the row). `--emulator` makes every call a dry run at a
+small shape: checked and launched once, not timed.
 """
 from __future__ import annotations
 
-import json
-import math
+import argparse
 import sys
+from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from grader.benchmark import bench, merge_records  # noqa: E402
+from grader.checks import run_check  # noqa: E402
+from grader.course import solution_source  # noqa: E402
 
-import grader
-from grader.benchmark import Budget, EventTimer, bench
-from grader import reference as ref
-from grader.checks import TOLERANCES, run_check
-from grader.course import solution_source
+SOURCE = "notebooks/08_tensor_cores"
+MATMULS = ("wmma_matmul", "mma_matmul")
+FLASH = [(dtype, d, causal) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
+AGAINST = "FLASH_ATTENTION"  # the SDPA backend the flash forward's ratio is taken against
+DRY_SHAPES = {"matmul": "M=80,N=96,K=48", "attention": "B=1,H=2,S=130"}  # past one block each way, wmma: x16
 
 
-def flash_records(B=4, H=16, S=4096, repeats=3):
-    import cupy
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def flash_exercise(dtype: str, d: int, causal: bool) -> str:
+    return "tc_flash_fwd_" + ("bf16_" if dtype == "bf16" else "") + ("causal_" if causal else "") + f"d{d}"
 
-    source = solution_source("tc_flash_fwd_d64")
-    timer, budget = EventTimer(), Budget(min_runs=10, min_ms=300.0, max_ms=3000.0)
-    stream = cupy.cuda.Stream(non_blocking=True)
+
+def record_name(d: int, causal: bool) -> str:
+    return f"tc_flash_fwd_d{d}{'_causal' if causal else ''}"
+
+
+def flash_record(report, name: str) -> dict:
+    """The report's record named ``name``, its ratio taken against SDPA's flash backend, with the
+    exercise row and cuDNN's time beside it."""
+    rec = report.record(against=AGAINST) | {"kernel": name, "exercise": report.exercise, "source": SOURCE}
+    cudnn = next((b for b in report.baselines if b.backend == "CUDNN_ATTENTION" and b.role == "baseline" and b.ran),
+                 None)
+    if cudnn:
+        rec |= {"cudnn_ms": round(cudnn.ms, 4), "cudnn_tflops": round(cudnn.tflops, 1)}
+    return rec
+
+
+def main(out: str | None = None, dry_run: bool = False, flash=FLASH, repeats: int = 3) -> list:
+    """Check every row on its grading cases, then bench (or, ``dry_run``, rehearse) each kernel;
+    returns the records (none in a dry run) and merges them into ``out``."""
+    rows = ["qk_scores_mma", *MATMULS, *(flash_exercise(*c) for c in flash)]
+    for ex in rows:
+        result = run_check(ex, solution_source(ex), include_hidden=True, seed=1)
+        print(result.summary().splitlines()[-1], flush=True)
+        if not result.passed:
+            raise SystemExit(f"{ex}: {result.first_failure.message}")
+
     records = []
-    for dtype in ("fp16", "bf16"):
-        for d in (64, 128):
-            tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
-            gen = torch.Generator(device="cuda").manual_seed(0)
-            q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=tdt, generator=gen) for _ in range(3))
-            o, lse = torch.empty_like(q), torch.empty(B, H, S, device="cuda", dtype=torch.float32)
-            kern = grader.RawKernel(source, "tc_flash_fwd", options=(f"-DHEAD_DIM={d}", f"-DELEM_BF16={int(dtype == 'bf16')}"))
-            kern.compile()
-            raw = kern._compiled._kernel
-            args = tuple(np.uint64(t.data_ptr()) for t in (q, k, v, o, lse)) + (np.int32(S), np.float32(1 / math.sqrt(d)))
-            torch_stream = torch.cuda.ExternalStream(stream.ptr)
-
-            def ours():  # on the current CuPy stream: the timer's, or `stream` below
-                raw((math.ceil(S / 64), H, B), (128,), args)
-
-            with stream:
-                ours()
-            stream.synchronize()
-            with torch.cuda.stream(torch_stream):
-                err = float((o.float() - F.scaled_dot_product_attention(q, k, v).float()).abs().max())
-
-            def sdpa():
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.cuda.stream(torch_stream):
-                    F.scaled_dot_product_attention(q, k, v)
-
-            ms = float(np.median([budget.measure(timer, ours, stream).median for _ in range(repeats)]))
-            base = float(np.median([budget.measure(timer, sdpa, stream).median for _ in range(repeats)]))
-            flops = 4 * B * H * S * S * d
-            rec = dict(kernel=f"tc_flash_fwd_d{d}", dtype=dtype, d=d, causal=False, B=B, H=H, S=S, ms=round(ms, 4),
-                       tflops=round(flops / ms / 1e9, 1), baseline="sdpa_flash", baseline_tflops=round(flops / base / 1e9, 1),
-                       ratio=round(base / ms, 3), max_abs_err_vs_sdpa=err, source="notebooks/08_tensor_cores",
-                       device=torch.cuda.get_device_name())
-            records.append(rec)
-            print(rec, flush=True)
+    plan = [(ex, None, ex, "matmul") for ex in MATMULS] + [
+        (flash_exercise(dtype, d, causal), dtype, record_name(d, causal), "attention") for dtype, d, causal in flash]
+    for ex, dtype, name, family in plan:
+        report = bench(ex, solution_source(ex), dtype=dtype, repeats=repeats, dry_run=dry_run,
+                       shape=DRY_SHAPES[family] if dry_run else None)
+        print(report.table(), flush=True)
+        if not report.check_passed:
+            raise SystemExit(f"{ex}: {report.check_message}")
+        if dtype is not None and report.dtype != dtype:
+            raise SystemExit(f"{ex}: benchmarked as {report.dtype}, not {dtype}")
+        if not dry_run:
+            records.append(flash_record(report, name) if family == "attention"
+                           else report.record() | {"source": SOURCE})
+    if out:
+        merge_records(out, records)
+        print(f"{len(records)} records merged into {out} (key 'bench')")
     return records
 
 
-def bf16_check(source):
-    """The bf16 build against the float64 reference (the grader's checks compare fp16 outputs only)."""
-    rtol, atol = TOLERANCES[("bfloat16", "gpu")]
-    for B, H, N, d in [(1, 2, 100, 64), (2, 1, 257, 128)]:
-        rng = np.random.default_rng(N)
-        bits = [(rng.standard_normal((B, H, N, d)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-                for _ in range(3)]
-        kern = grader.RawKernel(source, "tc_flash_fwd", options=(f"-DHEAD_DIM={d}", "-DELEM_BF16=1"))
-        O, L = grader.empty((B, H, N, d), np.uint16), grader.empty((B, H, N))
-        kern((math.ceil(N / 64), H, B), 128, tuple(grader.to_device(b) for b in bits) + (O, L, np.int32(N), np.float32(d ** -0.5)))
-        as_float = [(b.astype(np.uint32) << 16).view(np.float32) for b in bits]
-        o_ref, l_ref = ref.attention_forward(*as_float, scale=d ** -0.5)
-        o = (grader.to_host(O).astype(np.uint32) << 16).view(np.float32)
-        ok = bool(np.all(np.abs(o - o_ref) <= atol + rtol * np.abs(o_ref)))
-        print(f"bf16 N={N} d={d}: max |O - ref| {np.abs(o - o_ref).max():.2e}, max |L - ref| "
-              f"{np.abs(grader.to_host(L) - l_ref).max():.2e}, within tolerance: {ok}", flush=True)
-        if not ok:
-            raise SystemExit("the bf16 build fails on the GPU")
-
-
-def main(out):
-    records = []
-    for exercise in ("wmma_matmul", "mma_matmul"):
-        report = bench(exercise, solution_source(exercise), repeats=3)
-        print(report.table(), flush=True)
-        records.append(report.record() | {"source": "notebooks/08_tensor_cores"})
-    for exercise in ("qk_scores_mma", "tc_flash_fwd_d64", "tc_flash_fwd_d128"):
-        result = run_check(exercise, solution_source(exercise), include_hidden=True, backend="gpu", seed=1)
-        print(result.summary(), flush=True)
-        if not result.passed:
-            raise SystemExit(f"{exercise} fails on the GPU")
-    bf16_check(solution_source("tc_flash_fwd_d64"))
-    records += flash_records()
-    with open(out, "w") as f:
-        json.dump({"bench": records}, f, indent=1)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", help="the JSON file the records are merged into (GPU run)")
+    ap.add_argument("--emulator", action="store_true", help="dry runs at small shapes on the active backend")
+    a = ap.parse_args()
+    if not a.emulator and not a.out:
+        ap.error("name the output file, or pass --emulator")
+    main(a.out, dry_run=a.emulator)

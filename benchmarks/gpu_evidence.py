@@ -24,8 +24,9 @@ import numpy as np
 import grader
 import grader.exercises  # noqa: F401  (registers every exercise)
 from grader.checks import REGISTRY, get_exercise, launch_case, run_check
-from grader.course import ROOT, solution_source
+from grader.course import solution_source
 from grader.kernel import RawKernel
+from grader.wrong_corpus import wrong_kernels
 
 EMULATOR_ONLY = ("OutOfBoundsError", "BarrierError", "KernelTimeoutError", "race", "KernelAssertionError")
 SEED = 20261122
@@ -56,14 +57,13 @@ def check_solutions(backend: str) -> list[dict]:
 
 def check_wrong_kernels(backend: str) -> list[dict]:
     rows = []
-    for path in sorted((ROOT / "tests" / "wrong").glob("*/*.cu")):
-        src = path.read_text()
-        expect = src.splitlines()[0].removeprefix("// expect: ").strip()
-        row = {"exercise": path.parent.name, "kernel": path.stem, "expect": expect, "backend": backend}
+    for kernel in wrong_kernels():
+        expect = kernel.expect
+        row = {"exercise": kernel.exercise, "kernel": kernel.name, "expect": expect, "backend": backend}
         if backend == "gpu" and any(k in expect for k in EMULATOR_ONLY):
             rows.append(row | {"status": "skipped (emulator-only diagnosis)"})
             continue
-        result = run_check(path.parent.name, src, include_hidden=True, backend=backend, seed=SEED)
+        result = run_check(kernel.exercise, kernel.source(), include_hidden=True, backend=backend, seed=SEED)
         messages = "\n".join(r.message for r in result.results if not r.passed)
         status = "passed (NOT caught)" if result.passed else ("caught, diagnosis as intended" if expect in messages else "caught, other diagnosis")
         rows.append(row | {"status": status})

@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader list | check | bench | demo | release | compile``.
+"""Command line: ``python -m grader list | check | bench | tune | demo | release | compile``.
 
     python -m grader list                          every exercise: kernel, signature, launch shape
     python -m grader check vector_add my.cu        visible cases on the kernel in my.cu
@@ -6,6 +6,8 @@
     python -m grader compile my.cu                 NVRTC syntax check for sm_80/sm_90, no GPU needed
     python -m grader bench flash_fwd_row my.cu     check, then time on the GPU against PyTorch/cuBLAS
         [--shape B=4,H=16,S=4096,d=64] [--dtype fp32] [--reps 10] [--repeats 3] [--json out.json]
+    python -m grader tune EXERCISE my.cu           each configuration of the exercise's tuning space checked,
+        [--shape B=4,H=16,S=4096,d=64] [--refresh] then timed on the GPU: the fastest, its -D options (cached)
     python -m grader profile matmul_tiled my.cu    memory requests per source line, on the emulator
         [--case NAME] [--json out.json]            (coalescing: sectors; bank conflicts: wavefronts)
     python -m grader demo                          the whole nbgrader pipeline on a demo class
@@ -91,6 +93,20 @@ def _bench(args) -> int:
         merge_records(args.json, [report.record()])
         print(f"record written to {args.json} (key 'bench')")
     return 0
+
+
+def _tune(args) -> int:
+    from .autotune import tune
+    from .errors import CourseError
+
+    try:
+        result = tune(args.exercise, Path(args.file).read_text(), shape=args.shape, dtype=args.dtype,
+                      refresh=args.refresh)
+    except (CourseError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(result.table())
+    return 0 if any(r.ok for r in result.rows) else 1
 
 
 def _profile(args) -> int:
@@ -192,6 +208,14 @@ def main(argv=None) -> int:
     p.add_argument("--no-baselines", action="store_true", help="time the kernel alone")
     p.add_argument("--json", help="merge the result into this JSON file's 'bench' list")
     p.set_defaults(run=_bench)
+    p = sub.add_parser("tune", help="compile a kernel for every configuration of its exercise's tuning space, "
+                       "check each, time them on the GPU and keep the fastest")
+    p.add_argument("exercise")
+    p.add_argument("file")
+    p.add_argument("--shape", help="the benchmark shape, e.g. B=4,H=16,S=4096,d=64 (unnamed entries keep the defaults)")
+    p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="default: the kernel's own")
+    p.add_argument("--refresh", action="store_true", help="tune again even if a result is cached")
+    p.set_defaults(run=_tune)
     p = sub.add_parser("profile", help="memory requests per source line (sectors, bank conflicts) on the emulator")
     p.add_argument("exercise")
     p.add_argument("file")

@@ -14,10 +14,12 @@
 4. Baselines run the same way on the same shape: PyTorch's ``scaled_dot_product_attention``
    under each named backend, cuBLAS through ``cupy.matmul``, ``torch.softmax``.
 
-The CPU emulator does not model speed, so on it :func:`bench` refuses.
+The CPU emulator does not model speed, so on it :func:`bench` refuses, except for a dry run
+(``dry_run=True``: everything but the timing, a rehearsal of a GPU run at a small shape).
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import math
@@ -31,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 
+from .arrays import empty, never_written
 from .backend import backend as active_backend
 from .benchspec import DTYPES, ITEMSIZE, SDPA_BWD_BYTES, SDPA_BWD_FLOPS, device_inputs, get_spec, parse_shape
 from .errors import BackendUnavailableError, CourseError
@@ -280,11 +283,15 @@ class BenchReport:
     def describe_shape(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.shape.items()) + (" causal" if self.causal else "")
 
-    def record(self) -> dict:
-        """The evidence record (``benchmarks/results/gpu_evidence.json``, key ``bench``)."""
+    def record(self, against: str | None = None) -> dict:
+        """The evidence record (``benchmarks/results/gpu_evidence.json``, key ``bench``). Its
+        baseline and ratio are the fastest baseline's, or with ``against`` (an SDPA backend such as
+        ``"FLASH_ATTENTION"``) that backend's in the kernel's precision."""
         if self.kernel is None:
             raise CourseError(f"{self.exercise} was not timed: {self.check_message}")
         k, b, sol = self.kernel, self.baseline, self.speed_of_light
+        if against is not None:
+            b = next((m for m in self.baselines if m.role == "baseline" and m.backend == against and m.ran), None)
         rec = {"kernel": self.exercise, "dtype": self.dtype, "d": self.shape.get("d"), "causal": self.causal,
                "B": self.shape.get("B"), "H": self.shape.get("H"), "S": self.shape.get("S"),
                "ms": _sig(k.ms), "tflops": _sig(k.tflops), "baseline": b.name if b else None,
@@ -304,6 +311,8 @@ class BenchReport:
         head = f"{self.exercise}  {self.dtype}  {self.describe_shape()}  on {self.device}"
         if not self.check_passed:
             return f"{head}\n  not timed: the kernel fails its check.\n  {self.check_message}"
+        if self.kernel is None:
+            return f"{head}\n  dry run: checked, and launched once at this shape; not timed."
         many = len(self.kernel.repeats) > 1
         cols = f"{'':44s}{'ms':>10s}{'min ms':>10s}{'spread':>8s}" + (f"{'r2r':>7s}" if many else "") + \
                f"{'runs':>6s}{'TFLOP/s':>9s}{'GB/s':>8s}{'yours/this':>11s}"
@@ -470,15 +479,152 @@ def _baseline_runners(spec, p, dtype, inputs, seed) -> list:
 # --------------------------------------------------------------------------- bench
 
 
-def _kernel_dtype(source: str, kernel: str) -> str:
-    """The precision of the kernel's tensors: its first floating-point pointer parameter."""
+_DIRECTIVE = re.compile(r"\s*#\s*(\w+)\s*(.*)")
+_DEFINE = re.compile(r"(\w+)(\([^)]*\))?\s*(.*)")  # NAME, (params) of a function-like macro, value
+_ALIAS = re.compile(r"\btypedef\s+([A-Za-z_][\w\s:]*?)\s+([A-Za-z_]\w*)\s*;"
+                    r"|\busing\s+([A-Za-z_]\w*)\s*=\s*([A-Za-z_][\w\s:]*?)\s*;")
+# What a constant #if expression may hold once its names are replaced by numbers.
+_PP_NODES = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant, ast.And, ast.Or,
+             ast.Not, ast.USub, ast.UAdd, ast.Invert, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.LShift,
+             ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+class _Unreadable(Exception):
+    """A preprocessor condition this reader does not evaluate (function-like macros, ?:, ...)."""
+
+
+def _pp_condition(expr: str, macros: dict) -> bool:
+    """The value of an ``#if``/``#elif`` expression under ``macros`` (name -> object-like value,
+    or None for a function-like macro), as the C preprocessor computes it."""
+    expr = re.sub(r"\bdefined\s*(?:\(\s*(\w+)\s*\)|(\w+))", lambda m: f" {int((m[1] or m[2]) in macros)} ", expr)
+    for _ in range(32):  # expand object-like macros until none is left
+        expanded = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({macros[m[0]]})" if macros.get(m[0]) is not None else m[0],
+                          expr)
+        if expanded == expr:
+            break
+        expr = expanded
+    if re.search(r"\b[A-Za-z_]\w*\s*\(", expr):
+        raise _Unreadable(expr)
+    expr = re.sub(r"\b[A-Za-z_]\w*\b", "0", expr)  # a name left undefined counts as 0
+    expr = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b", r"\1", expr)
+    expr = re.sub(r"!(?!=)", " not ", expr.replace("&&", " and ").replace("||", " or ")).replace("/", "//")
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError:
+        raise _Unreadable(expr) from None
+    if not all(isinstance(node, _PP_NODES) for node in ast.walk(tree)):
+        raise _Unreadable(expr)
+    return bool(eval(compile(tree, "#if", "eval"), {"__builtins__": {}}))
+
+
+def _preprocessed(source: str, options=()) -> tuple[str, dict]:
+    """(text, macros): ``source`` with comments blanked and the lines of the ``#if`` branches that
+    the ``-D``/``-U`` options leave out removed, and the object-like macros defined by its end."""
+    from .signature import strip_comments
+
+    macros = {}
+    for opt in options:
+        if opt.startswith("-D"):
+            name, eq, value = opt[2:].partition("=")
+            macros[name] = value if eq else "1"
+        elif opt.startswith("-U"):
+            macros.pop(opt[2:], None)
+    kept, branches = [], []  # per open #if: [this branch is active, a branch was taken]
+    for line in strip_comments(source).replace("\\\n", " ").split("\n"):
+        directive = _DIRECTIVE.fullmatch(line)
+        active = all(b[0] for b in branches)
+        if directive is None:
+            if active:
+                kept.append(line)
+            continue
+        word, rest = directive.groups()
+        if word in ("if", "ifdef", "ifndef"):
+            if not active:
+                on = False
+            elif word == "if":
+                on = _pp_condition(rest, macros)
+            else:
+                on = (rest.split()[0] in macros) == (word == "ifdef")
+            branches.append([on, on or not active])
+        elif word in ("elif", "else") and branches:
+            b = branches[-1]
+            b[0] = not b[1] and (word == "else" or _pp_condition(rest, macros))
+            b[1] = b[1] or b[0]
+        elif word == "endif" and branches:
+            branches.pop()
+        elif active and word == "define" and (d := _DEFINE.fullmatch(rest)):
+            macros[d[1]] = None if d[2] else d[3].strip()
+        elif active and word == "undef" and rest.split():
+            macros.pop(rest.split()[0], None)
+    return "\n".join(kept), macros
+
+
+def _resolve_type(ctype: str, text: str, macros: dict) -> str | None:
+    """The NumPy name of ``ctype`` followed through object-like macros and the typedefs and
+    ``using`` aliases of ``text`` (None where one is missing, ambiguous or not a plain C type)."""
+    from .signature import _C_TYPES, _QUALIFIERS
+
+    aliases: dict = {}
+    for m in _ALIAS.finditer(text):
+        name, target = (m[2], m[1]) if m[2] else (m[3], m[4])
+        aliases.setdefault(name, set()).add(" ".join(t for t in target.split() if t not in _QUALIFIERS))
+    seen = set()
+    while ctype not in _C_TYPES:
+        if ctype in seen:
+            return None
+        seen.add(ctype)
+        if macros.get(ctype):
+            ctype = " ".join(t for t in macros[ctype].split() if t not in _QUALIFIERS)
+        elif len(aliases.get(ctype, ())) == 1:
+            ctype = next(iter(aliases[ctype]))
+        else:
+            return None
+    return _C_TYPES[ctype]
+
+
+def source_dtype(source: str, kernel: str, options=()) -> str | None:
+    """The precision of the kernel's tensors as compiled with ``options``: the type of its first
+    floating-point pointer parameter, followed through the typedefs, ``using`` aliases and macros
+    that the options select (``typedef __nv_bfloat16 elem;`` under ``#if ELEM_BF16``), in the
+    source with its comments blanked. None when the source does not say (a pointer parameter whose
+    type this reader cannot follow comes first)."""
     from .signature import parse_signature
 
+    try:
+        text, macros = _preprocessed(source, options)
+        params = parse_signature(text, kernel).params
+    except (_Unreadable, CourseError):
+        return None
     names = {v: k for k, v in DTYPES.items()}
-    for param in parse_signature(source, kernel).params:
-        if param.pointer and param.dtype in names:
-            return names[param.dtype]
+    for param in params:
+        if not param.pointer:
+            continue
+        dtype = param.dtype or _resolve_type(param.ctype, text, macros)
+        if dtype is None:
+            return None
+        if dtype in names:
+            return names[dtype]
     return "fp32"
+
+
+def _kernel_dtype(source: str, ex, asked: str | None = None, doing: str = "benchmarked") -> str:
+    """The precision of the kernel's tensors built as the exercise row ``ex`` builds it
+    (:func:`source_dtype` under ``ex.options``), or, where the source does not say, the row's
+    first output. ``asked`` (a dtype asked for) must be it."""
+    from .checks import _dtype_name
+
+    names = {v: k for k, v in DTYPES.items()}
+    own = source_dtype(source, ex.kernel, ex.options)
+    if own is None:
+        p = SimpleNamespace(**ex.visible_cases()[0].params)
+        own = names.get(_dtype_name(ex, next(iter(ex.outputs)), p), "fp32")
+    if asked is not None and asked not in DTYPES:
+        raise CourseError(f"dtype {asked!r}: choose one of {', '.join(DTYPES)}")
+    if asked is not None and asked != own:
+        built = f" built with {' '.join(ex.options)}" if ex.options else ""
+        raise CourseError(f"{ex.kernel}{built} takes {own} tensors (its signature), so it can only be {doing} with "
+                          f"--dtype {own}")
+    return own
 
 
 def _device_name() -> str:
@@ -487,35 +633,74 @@ def _device_name() -> str:
     return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
 
 
+def _launch(ex, compiled, spec, p, dtype: str, seed: int):
+    """(launch, inputs, arrays): ``compiled`` launched by ``launch()`` on fresh inputs of parameters
+    ``p`` and poisoned outputs (``grader.empty``: an element no thread writes stays recognisable)."""
+    inputs = device_inputs(spec, p, dtype, seed)
+    arrays = dict(inputs)
+    for name, spec_of in (ex.outputs | ex.scratch).items():
+        arrays[name] = empty(*spec_of(p))
+    args, grid, block, smem = ex.args(p, SimpleNamespace(**arrays)), ex.grid(p), ex.block(p), ex.shared_mem(p)
+    compiled.max_dynamic_shared_size_bytes = max(compiled.max_dynamic_shared_size_bytes, smem)
+    return (lambda: compiled(grid, block, args, shared_mem=smem)), inputs, arrays
+
+
+def kernel_runner(ex, compiled, spec, p, dtype: str, seed: int = 0) -> tuple[_Runner, dict]:
+    """``compiled`` (a compiled RawKernel of the exercise row ``ex``, or of a variant of it such as
+    the autotuner's) launched on fresh device inputs of parameters ``p``, ready to time; and the
+    inputs, for the baselines."""
+    import cupy
+
+    launch, inputs, arrays = _launch(ex, compiled, spec, p, dtype, seed)
+    zeroed = [arrays[name] for name in ex.zeroed]
+    mine = Measurement(ex.id, dtype, "kernel", spec.flops(p) if spec.flops else None, spec.bytes(p, ITEMSIZE[dtype]))
+    runner = _Runner(mine, launch, cupy.cuda.get_current_stream(),
+                     before=(lambda: [z.fill(0) for z in zeroed]) if zeroed else None)
+    return runner, inputs
+
+
+def _dry_run(ex, compiled, spec, p, dtype: str, seed: int) -> str | None:
+    """One launch at the benchmark's parameters: None, or which outputs it left unwritten."""
+    launch, _, arrays = _launch(ex, compiled, spec, p, dtype, seed)
+    for name in ex.zeroed:
+        arrays[name][...] = 0
+    launch()
+    missing = []
+    for name, spec_of in ex.outputs.items():
+        if n := int(never_written(arrays[name], spec_of(p)[1]).sum()):
+            missing.append(f"{n} of {arrays[name].size} elements of {name}")
+    return f"dry run: the launch left {', '.join(missing)} unwritten" if missing else None
+
+
 def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeats: int = 1,
-          budget: Budget | None = None, baselines: bool = True, seed: int = 0) -> BenchReport:
+          budget: Budget | None = None, baselines: bool = True, seed: int = 0, dry_run: bool = False) -> BenchReport:
     """Check ``kernel`` (its source, or the kernel ``%%cuda`` made) on the exercise's visible
     cases, then time it at ``shape`` (a dict, or ``"B=4,S=2048"``; unnamed entries keep the
     exercise's benchmark defaults) next to its baselines. ``repeats`` repeats the whole
-    measurement (warm-up included), kernel and baselines in turn, to show run-to-run spread."""
+    measurement (warm-up included), kernel and baselines in turn, to show run-to-run spread.
+
+    ``dry_run=True`` does all of it but the timing, on either backend (the emulator too): the
+    check, then one launch at ``shape`` whose outputs must all be written; the report holds no
+    times. A script rehearses a GPU run that way, at a small shape."""
     from .checks import get_exercise, run_check
     from .kernel import RawKernel
 
-    if active_backend() != "gpu":
+    be = active_backend()
+    if be != "gpu" and not dry_run:
         raise BackendUnavailableError(REFUSAL.format(exercise=exercise))
-    import cupy
 
     ex, spec = get_exercise(exercise), get_spec(exercise)
     source = kernel if isinstance(kernel, str) else getattr(kernel, "code", None)
     if not isinstance(source, str):
         raise CourseError("bench(exercise, kernel): pass the kernel's source string or the kernel made by %%cuda")
     shape = parse_shape(shape, spec)
-    own = _kernel_dtype(source, ex.kernel)
-    dtype = dtype or own
-    if dtype not in DTYPES:
-        raise CourseError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    if dtype != own:
-        raise CourseError(f"{ex.kernel} takes {own} tensors (its signature), so it can only be benchmarked with --dtype {own}")
+    dtype = _kernel_dtype(source, ex, dtype)
     if why := spec.unsupported(shape):
         raise CourseError(why)
-    report = BenchReport(exercise, shape, dtype, spec.causal, _device_name(), check_passed=False)
+    report = BenchReport(exercise, shape, dtype, spec.causal, _device_name() if be == "gpu" else "the CPU emulator",
+                         check_passed=False)
 
-    result = run_check(exercise, source, backend="gpu")
+    result = run_check(exercise, source, backend=be)
     if not result.passed:
         report.check_message = result.first_failure.message
         return report
@@ -523,18 +708,14 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
 
     p = spec.params(shape)
     compiled = RawKernel(source, ex.kernel, options=ex.options).compile()
-    inputs = device_inputs(spec, p, dtype, seed)
-    arrays = dict(inputs)
-    for name, spec_of in (ex.outputs | ex.scratch).items():
-        out_shape, out_dtype = spec_of(p)
-        arrays[name] = cupy.empty(out_shape, out_dtype)
-    args, grid, block, smem = ex.args(p, SimpleNamespace(**arrays)), ex.grid(p), ex.block(p), ex.shared_mem(p)
-    compiled.max_dynamic_shared_size_bytes = max(compiled.max_dynamic_shared_size_bytes, smem)
-    zeroed = [arrays[name] for name in ex.zeroed]
+    if dry_run:
+        report.check_message = _dry_run(ex, compiled, spec, p, dtype, seed)
+        report.check_passed = report.check_message is None
+        return report
+    import cupy
 
-    mine = Measurement(exercise, dtype, "kernel", spec.flops(p) if spec.flops else None, spec.bytes(p, ITEMSIZE[dtype]))
-    runners = [_Runner(mine, lambda: compiled(grid, block, args, shared_mem=smem), cupy.cuda.get_current_stream(),
-                       before=(lambda: [z.fill(0) for z in zeroed]) if zeroed else None)]
+    mine, inputs = kernel_runner(ex, compiled, spec, p, dtype, seed)
+    runners = [mine]
     if baselines:
         runners += _baseline_runners(spec, p, dtype, inputs, seed)
     timer, budget = EventTimer(), budget or Budget()
@@ -546,6 +727,6 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
                         r.measurement.repeats.append(budget.measure(timer, r.fn, r.stream, r.before))
     finally:
         cupy.cuda.Device().synchronize()
-    report.kernel = mine
+    report.kernel = mine.measurement
     report.baselines = [r.measurement for r in runners[1:]]
     return report

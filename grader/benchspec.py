@@ -50,6 +50,7 @@ class BenchSpec:
     bytes: Callable
     causal: bool = False
     baseline: str | None = None  # "sdpa", "sdpa_bwd", "cublas", "softmax"
+    fixed: tuple = ()  # shape entries the kernel's build fixes at compile time (d of a -DHEAD_DIM build)
 
     def params(self, shape: dict) -> SimpleNamespace:
         """The exercise's parameters for a benchmark shape (S becomes N for attention)."""
@@ -64,6 +65,10 @@ class BenchSpec:
 
     def unsupported(self, shape: dict) -> str | None:
         """Why this kernel cannot run at ``shape``, or None."""
+        for key in self.fixed:
+            if shape.get(key) != self.shape[key]:
+                return (f"{self.exercise} is built for {key}={self.shape[key]} (a compile-time constant), "
+                        f"not {key}={shape.get(key)}")
         d = shape.get("d")
         if self.family in ("attention", "attention_bwd") and d is not None and d > MAX_HEAD_DIM:
             return f"{self.exercise} supports head dimensions up to {MAX_HEAD_DIM} (d={d})"
@@ -94,8 +99,12 @@ def _bwd_bytes(tensors_in, stats_in, tensors_out):
     return lambda p, e: (e * (tensors_in + tensors_out) * _heads(p) * p.N * p.d + STAT * stats_in * _heads(p) * p.N)
 
 
-def _attention(exercise, causal=False):
-    return BenchSpec(exercise, "attention", ATTENTION_SHAPE, _fwd_flops, _fwd_bytes, causal=causal, baseline="sdpa")
+def forward_spec(exercise: str, d: int | None = None, causal: bool = False) -> BenchSpec:
+    """An attention forward timed at the reference shape against SDPA. ``d``: the head dimension
+    the kernel is built for (-DHEAD_DIM), None for a kernel that takes d at run time."""
+    shape = ATTENTION_SHAPE if d is None else ATTENTION_SHAPE | {"d": d}
+    return BenchSpec(exercise, "attention", shape, _fwd_flops, _fwd_bytes, causal=causal, baseline="sdpa",
+                     fixed=() if d is None else ("d",))
 
 
 def _backward(exercise, flops, bytes_, causal=False, baseline="sdpa_bwd"):
@@ -114,14 +123,14 @@ SPECS: dict[str, BenchSpec] = {s.exercise: s for s in [
               lambda p, e: e * (2 * p.N * p.d + p.N * p.N), baseline="cublas"),
     BenchSpec("online_softmax_rows", "softmax", SOFTMAX_SHAPE, None,
               lambda p, e: e * 2 * p.rows * p.cols, baseline="softmax"),
-    _attention("flash_fwd_row"),
-    _attention("flash_fwd_fa1"),
-    _attention("flash_fwd_fa2"),
-    _attention("flash_fwd_fa2_padded"),
-    BenchSpec("flash_fwd_half_d64", "attention", ATTENTION_SHAPE, _fwd_flops, _fwd_bytes, baseline="sdpa"),
-    BenchSpec("flash_fwd_half_d128", "attention", ATTENTION_SHAPE | {"d": 128}, _fwd_flops, _fwd_bytes, baseline="sdpa"),
-    _attention("flash_fwd_causal", causal=True),
-    _attention("flash_fwd_padded"),
+    forward_spec("flash_fwd_row"),
+    forward_spec("flash_fwd_fa1"),
+    forward_spec("flash_fwd_fa2"),
+    forward_spec("flash_fwd_fa2_padded"),
+    forward_spec("flash_fwd_half_d64", d=64),
+    forward_spec("flash_fwd_half_d128", d=128),
+    forward_spec("flash_fwd_causal", causal=True),
+    forward_spec("flash_fwd_padded"),
     _backward("flash_bwd_preprocess", lambda p: 2.0 * _heads(p) * p.N * p.d,
               lambda p, e: e * 2 * _heads(p) * p.N * p.d + STAT * _heads(p) * p.N, baseline=None),
     _backward("flash_bwd_dkdv", _bwd_flops(4), _bwd_bytes(4, 2, 2)),  # S, dP, dV, dK
@@ -197,9 +206,11 @@ def _forward_state(q, k, v, scale, causal, cp, heads_per_step=8):
 
 
 def device_inputs(spec: BenchSpec, p, dtype: str, seed: int = 0) -> dict:
-    """The kernel's inputs at benchmark size, as CuPy arrays named as in the exercise."""
-    import cupy as cp
+    """The kernel's inputs at benchmark size, named as in the exercise: CuPy arrays, or on the
+    emulator (a dry run of a benchmark, at a small shape) NumPy arrays built the same way."""
+    from .arrays import array_module
 
+    cp = array_module()
     rng = cp.random.default_rng(seed)
     if spec.family == "matmul":
         return dict(A=_normal(rng, (p.M, p.K), dtype, cp), B=_normal(rng, (p.K, p.N), dtype, cp))

@@ -438,12 +438,13 @@ def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
     return found[0] + "".join(f"\n  Or (the same numbers on this case): {f}" for f in found[1:])
 
 
-def run_check(exercise_id: str, source: str, *, include_hidden: bool = False, backend: str | None = None,
+def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool = False, backend: str | None = None,
               seed: int | None = None, options: tuple = ()) -> CheckResult:
-    """Judge ``source`` on an exercise's cases. Pure data in and out, so it can run anywhere."""
+    """Judge ``source`` on an exercise's cases. Pure data in and out, so it can run anywhere.
+    ``exercise_id`` may be an exercise row itself: a variant not in the registry (the autotuner's)."""
     from .kernel import RawKernel
 
-    ex = get_exercise(exercise_id)
+    ex = exercise_id if isinstance(exercise_id, Exercise) else get_exercise(exercise_id)
     be = backend or active_backend()
     cases = ex.cases if include_hidden else ex.visible_cases()
     try:

@@ -231,6 +231,129 @@ def test_a_refused_sdpa_backend_keeps_pytorchs_reason_only():
                                     "Got Query dtype: float instead.; No available kernel. Aborting execution.")
 
 
+# --------------------------------------------------------------------------- the precision a kernel takes
+
+TYPEDEF_KERNEL = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#ifndef ELEM_BF16
+#define ELEM_BF16 0
+#endif
+// typedef float elem;   (a comment: not the type)
+/* #if ELEM_BF16
+typedef double elem;
+#endif */
+#if ELEM_BF16 && !defined(WIDE)
+typedef __nv_bfloat16 elem;
+#elif defined(WIDE)
+using elem = float;
+#else
+typedef __half elem;
+#endif
+#define TENSOR const elem
+extern "C" __global__ void k(int n, TENSOR* Q, elem* O, float* L) {}
+"""
+
+
+@pytest.mark.parametrize("options, dtype", [
+    ((), "fp16"),
+    (("-DELEM_BF16=1",), "bf16"),
+    (("-DELEM_BF16",), "bf16"),
+    (("-DELEM_BF16=0",), "fp16"),
+    (("-DELEM_BF16=1", "-DWIDE"), "fp32"),
+    (("-DELEM_BF16=1", "-UELEM_BF16"), "fp16"),
+])
+def test_a_typedef_element_type_is_read_under_the_compile_options(options, dtype):
+    from grader.benchmark import source_dtype
+
+    assert source_dtype(TYPEDEF_KERNEL, "k", options) == dtype
+
+
+def test_a_pointer_type_the_source_does_not_define_is_not_guessed():
+    from grader.benchmark import source_dtype
+
+    unknown = "#include <x.h>\nextern \"C\" __global__ void k(const vec_t* Q, float* L) {}"
+    assert source_dtype(unknown, "k") is None  # not fp32 from L: Q comes first
+    ambiguous = "typedef __half e;\nnamespace a { typedef float e; }\nextern \"C\" __global__ void k(e* Q) {}"
+    assert source_dtype(ambiguous, "k") is None
+    assert source_dtype("extern \"C\" __global__ void k(int n, float* x) {}", "k") == "fp32"
+
+
+def test_the_course_tensor_core_rows_are_benchmarked_in_their_builds_precision():
+    from grader.benchmark import _kernel_dtype
+    from grader.checks import get_exercise
+
+    source = solution_source("tc_flash_fwd_d64")  # elem is a typedef chosen by -DELEM_BF16
+    for ex_id, dtype in [("tc_flash_fwd_d128", "fp16"), ("tc_flash_fwd_causal_d64", "fp16"),
+                         ("tc_flash_fwd_bf16_d64", "bf16"), ("tc_flash_fwd_bf16_causal_d128", "bf16")]:
+        assert _kernel_dtype(source, get_exercise(ex_id)) == dtype
+        assert _kernel_dtype(source, get_exercise(ex_id), dtype) == dtype
+    with pytest.raises(CourseError, match=r"tc_flash_fwd built with -DHEAD_DIM=64 -DELEM_BF16=1 takes bf16 tensors .* "
+                                          r"--dtype bf16"):
+        _kernel_dtype(source, get_exercise("tc_flash_fwd_bf16_d64"), "fp16")
+
+
+def test_a_build_for_one_head_dimension_is_benchmarked_at_it():
+    spec = get_spec("tc_flash_fwd_causal_d128")
+    assert spec.causal and spec.shape["d"] == 128
+    assert _work("tc_flash_fwd_causal_d128") == (_work("tc_flash_fwd_d128")[0] / 2, _work("tc_flash_fwd_d128")[1])
+    assert spec.unsupported(parse_shape("S=1024", spec)) is None
+    assert spec.unsupported(parse_shape("d=64", spec)) == ("tc_flash_fwd_causal_d128 is built for d=128 (a "
+                                                           "compile-time constant), not d=64")
+    assert get_spec("flash_fwd_row").unsupported(parse_shape("d=128", get_spec("flash_fwd_row"))) is None
+
+
+def test_a_dry_run_on_the_emulator_checks_and_launches_at_the_shape(on_emulator):
+    source = solution_source("tc_flash_fwd_bf16_causal_d64")
+    report = grader.bench("tc_flash_fwd_bf16_causal_d64", source, shape="B=1,H=2,S=130", dry_run=True)
+    assert report.check_passed and report.kernel is None and report.dtype == "bf16" and report.causal
+    assert report.shape == {"B": 1, "H": 2, "S": 130, "d": 64} and "dry run" in report.table()
+    # Rows past 160 are never written: the cases (N <= 127) pass, the launch at M = 200 does not.
+    short = solution_source("matmul_naive").replace("if (row < M && col < N)", "if (row < M && col < N && row < 160)")
+    report = grader.bench("matmul_naive", short, shape="M=200,N=16,K=8", dry_run=True)
+    assert not report.check_passed
+    assert report.check_message == "dry run: the launch left 640 of 3200 elements of C unwritten"
+
+
+def _bench_08():
+    import importlib.util
+
+    from grader.course import ROOT
+
+    spec = importlib.util.spec_from_file_location("bench_08", ROOT / "benchmarks" / "bench_08_tensor_cores.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_module_08_benchmark_rehearses_on_the_emulator(on_emulator, capsys):
+    bench_08 = _bench_08()
+    assert [bench_08.flash_exercise(*c) for c in bench_08.FLASH] == [
+        "tc_flash_fwd_d64", "tc_flash_fwd_causal_d64", "tc_flash_fwd_d128", "tc_flash_fwd_causal_d128",
+        "tc_flash_fwd_bf16_d64", "tc_flash_fwd_bf16_causal_d64", "tc_flash_fwd_bf16_d128",
+        "tc_flash_fwd_bf16_causal_d128"]
+    assert bench_08.main(dry_run=True, flash=[("bf16", 64, True), ("fp16", 128, False)]) == []
+    out = capsys.readouterr().out
+    assert "tc_flash_fwd_bf16_causal_d64  bf16  B=1 H=2 S=130 d=64 causal  on the CPU emulator\n  dry run" in out
+    assert "tc_flash_fwd_d128  fp16  B=1 H=2 S=130 d=128  on the CPU emulator\n  dry run" in out
+
+
+def test_module_08_flash_records_take_sdpa_flash_as_baseline():
+    cudnn = Measurement("torch SDPA bf16 CUDNN_ATTENTION", "bf16", "baseline", 2.0e11, 1.0e8, backend="CUDNN_ATTENTION",
+                        repeats=[summarize([0.4])])
+    flash = Measurement("torch SDPA bf16 FLASH_ATTENTION", "bf16", "baseline", 2.0e11, 1.0e8, backend="FLASH_ATTENTION",
+                        repeats=[summarize([0.5])])
+    kernel = Measurement("tc_flash_fwd_bf16_causal_d64", "bf16", "kernel", 2.0e11, 1.0e8, repeats=[summarize([1.0])])
+    report = _report(exercise="tc_flash_fwd_bf16_causal_d64", dtype="bf16", causal=True, kernel=kernel,
+                     baselines=[cudnn, flash])
+    rec = _bench_08().flash_record(report, "tc_flash_fwd_d64_causal")
+    assert (rec["kernel"], rec["exercise"], rec["dtype"], rec["causal"]) == (
+        "tc_flash_fwd_d64_causal", "tc_flash_fwd_bf16_causal_d64", "bf16", True)
+    assert rec["baseline_backend"] == "FLASH_ATTENTION" and rec["ratio"] == 0.5 and rec["baseline_ms"] == 0.5
+    assert rec["cudnn_ms"] == 0.4 and rec["cudnn_tflops"] == 500.0
+    assert report.record()["baseline_backend"] == "CUDNN_ATTENTION"  # the fastest, when not told
+
+
 # --------------------------------------------------------------------------- on a GPU
 
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (CuPy sees none)")
@@ -291,9 +414,20 @@ def test_bench_backward_with_zeroed_output_on_gpu(on_gpu):
 
 @gpu
 def test_a_wrong_kernel_is_not_timed_on_gpu(on_gpu):
-    from grader.course import ROOT
+    from grader.wrong_corpus import wrong_kernel
 
-    wrong = (ROOT / "tests" / "wrong" / "matmul_tiled" / "b_tile_transposed.cu").read_text()
+    wrong = wrong_kernel("matmul_tiled", "b_tile_transposed").source()
     report = grader.bench("matmul_tiled", wrong)
     assert not report.check_passed and report.kernel is None and "differ" in report.check_message
     assert "not timed" in report.table()
+
+
+@gpu
+def test_bench_a_typedef_kernel_in_bfloat16_on_gpu(on_gpu):
+    from grader.benchmark import Budget
+
+    report = grader.bench("tc_flash_fwd_bf16_causal_d64", solution_source("tc_flash_fwd_bf16_causal_d64"),
+                          shape="B=1,H=4,S=1024", budget=Budget(min_runs=5, min_ms=20))
+    assert report.check_passed and report.dtype == "bf16" and report.causal and report.kernel.tflops > 0
+    assert all(b.dtype == "bf16" for b in report.baselines)
+    print(report.table())

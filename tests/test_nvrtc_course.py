@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.course import ROOT, cuda_cells, modules, notebook_of
+from grader.course import cuda_cells, modules, notebook_of
 from grader.nvrtc import compile_check
+from grader.wrong_corpus import wrong_kernels
 
 pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="needs the nvrtc extra: pip install -e '.[nvrtc]'")
 
@@ -17,10 +18,10 @@ def notebook_kernels(folder):
             yield pytest.param(src, id=f"{folder}/{module}/{name}")
 
 
-WRONG = [pytest.param(p.read_text(), id=f"wrong/{p.parent.name}/{p.stem}") for p in sorted((ROOT / "tests" / "wrong").glob("*/*.cu"))]
+WRONG = [pytest.param(k, id=f"wrong/{k.exercise}/{k.name}") for k in wrong_kernels()]
 
 
 @pytest.mark.parametrize("source", [*notebook_kernels("notebooks"), *notebook_kernels("exercises"), *WRONG])
 def test_builds_for_sm80_and_sm90(source):
-    sizes = compile_check(source)
+    sizes = compile_check(source if isinstance(source, str) else source.source())  # a wrong kernel: edit applied here
     assert set(sizes) == {"sm_80", "sm_90"} and min(sizes.values()) > 0

@@ -308,6 +308,7 @@ def autograde(module: str, *, root: Path | str = ROOT, submissions: str | Path =
             if jr.outcome.output_dropped:
                 short += f" (output capped: {jr.outcome.output_dropped} bytes dropped)"
             row.outcomes[t.exercise] = short
+        row.cells = _per_cell(row.cells)
 
     # ------------------------------------------------------------------ gradebook, notebooks
     from nbgrader.api import Gradebook, MissingEntry
@@ -371,6 +372,9 @@ def autograde(module: str, *, root: Path | str = ROOT, submissions: str | Path =
                         f"{t.exercise}: " + (res.get("first_failure") if t.hidden else res.get("first_visible_failure")
                                              or res.get("first_failure") or "") if res.get("status") == "done"
                         else f"{t.exercise}: " + row.outcomes.get(t.exercise, "not graded"))
+                    if t.grade_id in cell_results:  # a cell with several checks: every summary, the first error
+                        before_summary, before_err = cell_results[t.grade_id]
+                        summary, err = before_summary + "\n" + summary, before_err or err
                     cell_results[t.grade_id] = (summary, err)
                 clean = _clean_notebook(lay, answers_of.get((s.student, s.notebook), {}), cell_results, info)
                 nb_path.parent.mkdir(parents=True, exist_ok=True)
@@ -395,6 +399,19 @@ def _cell_summary(res: dict, hidden: bool) -> str:
         hidden_names = {c["name"] for c in res.get("cases", []) if c["hidden"]}
         lines = [ln for ln in lines if not any(f"'{n}'" in ln for n in hidden_names) and not ln.endswith("backend")]
     return "\n".join(lines)
+
+
+def _per_cell(scores: list) -> list:
+    """One CellScore per grade_id: a cell with several checks keeps its points only if all passed."""
+    merged: dict = {}
+    for c in scores:
+        if c.grade_id not in merged:
+            merged[c.grade_id] = CellScore(c.grade_id, c.points, c.score, c.before, c.why)
+            continue
+        m = merged[c.grade_id]
+        m.score = min(m.score, c.score)
+        m.why = m.why or c.why
+    return list(merged.values())
 
 
 def _in_notebook_errors(nb: dict, lay) -> list[str]:

@@ -5,9 +5,9 @@
   the cell with that ``grade_id`` is taken; its metadata, points and every other cell are
   ignored. A missing or duplicated ``grade_id`` counts as an unanswered cell.
 * Test cells: the instructor's source notebook (``notebooks/MODULE``, with hidden tests) says
-  what each graded cell checks; each must be one call ``check("exercise", kernel)`` or
-  ``check("exercise", kernel, hidden=True)`` (read with ``ast``, never executed). Points come
-  from the released notebook.
+  what each graded cell checks; each must hold only calls ``check("exercise", kernel)`` or
+  ``check("exercise", kernel, hidden=True)``, one or more (read with ``ast``, never executed; a
+  cell with several scores its points only when all pass). Points come from the released notebook.
 """
 from __future__ import annotations
 
@@ -67,28 +67,33 @@ class Layout:
         return next((a for a in self.answers.values() if a.kernel == exercise_kernel), None)
 
 
-def _parse_check(source: str):
-    """(exercise id, kernel variable, hidden) of a test cell that is one ``check(...)`` call."""
+def _parse_checks(source: str):
+    """[(exercise id, kernel variable, hidden), ...] of a test cell made only of ``check(...)``
+    calls (one or more), or None for anything else."""
     body = "\n".join(line for line in source.splitlines() if not line.strip().startswith("###"))
     try:
         tree = ast.parse(body)
     except SyntaxError:
         return None
-    calls = [n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
-    if len(calls) != 1 or len(tree.body) != 1:
+    if not tree.body:
         return None
-    call = calls[0]
-    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
-    if name != "check" or len(call.args) != 2 or not isinstance(call.args[0], ast.Constant):
-        return None
-    hidden = False
-    for kw in call.keywords:
-        if kw.arg == "hidden" and isinstance(kw.value, ast.Constant):
-            hidden = bool(kw.value.value)
-        elif kw.arg != "quiet":
+    found = []
+    for stmt in tree.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if call is None:
             return None
-    var = call.args[1].id if isinstance(call.args[1], ast.Name) else None
-    return str(call.args[0].value), var, hidden
+        name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+        if name != "check" or len(call.args) != 2 or not isinstance(call.args[0], ast.Constant):
+            return None
+        hidden = False
+        for kw in call.keywords:
+            if kw.arg == "hidden" and isinstance(kw.value, ast.Constant):
+                hidden = bool(kw.value.value)
+            elif kw.arg != "quiet":
+                return None
+        var = call.args[1].id if isinstance(call.args[1], ast.Name) else None
+        found.append((str(call.args[0].value), var, hidden))
+    return found
 
 
 def load_layout(root: Path, module: str, release_dir: str = "exercises", source_dir: str = "notebooks") -> list[Layout]:
@@ -109,11 +114,13 @@ def load_layout(root: Path, module: str, release_dir: str = "exercises", source_
                     words = shlex.split(first[len(MAGIC):])
                     answers[gid] = AnswerCell(gid, words[0] if words else "", _src(cell))
             elif m.get("grade") and cell.get("cell_type") == "code":
-                parsed = _parse_check(source_tests.get(gid, _src(cell)))
+                parsed = _parse_checks(source_tests.get(gid, _src(cell)))
                 if parsed is None:
-                    problems.append(f"{gid}: not a single check(...) call; left to nbgrader")
+                    problems.append(f"{gid}: not only check(...) calls; left to nbgrader")
                     continue
-                tests.append(TestCell(gid, float(m.get("points", 0)), parsed[0], parsed[2], parsed[1]))
+                # A cell with several checks is several tests sharing its grade_id: it scores only
+                # if every one passes (see grader.autograde's scoring).
+                tests += [TestCell(gid, float(m.get("points", 0)), ex, hidden, var) for ex, var, hidden in parsed]
         out.append(Layout(module, rel.stem, released, answers, tests, problems))
     return out
 

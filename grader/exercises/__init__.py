@@ -9,4 +9,6 @@ from . import (  # noqa: F401
     m06_backward,
     m07_memory_and_precision,
     m08_tensor_cores,
+    m09_pipelines,
+    m10_decoding,
 )

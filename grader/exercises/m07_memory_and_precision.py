@@ -141,18 +141,26 @@ exercise(
 PAD = 1  # the launch's shared memory leaves one spare float per row of Q, O, K and V
 
 
-def _banks_profile(profile, p):
-    """Shared loads must take close to the fewest wavefronts their bytes need; name the worst line."""
-    loads = [r for r in profile.rows if r.space == "shared" and r.op == "load"]
-    units, ideal = sum(r.units for r in loads), sum(r.ideal for r in loads)
-    if not ideal or units <= 1.2 * ideal:
-        return None
-    worst = max(loads, key=lambda r: r.units - r.ideal)
-    return (f"line {worst.line}: {worst.per_request:.1f} wavefronts per shared load request, ideal "
-            f"{worst.ideal_per_request:.1f} (all shared loads: {units / ideal:.1f}x the ideal). The 16 lanes of a "
-            f"score row read K rows {p.d} floats apart: when the row stride is a multiple of 32 floats, every lane "
-            "lands in the same bank and the reads are served one after another. Pad each row to d + 1 floats "
-            "(an odd stride spreads them over 16 banks), or swizzle: store column c of row r at c ^ r.")
+def bank_conflict_check(advice):
+    """A ``profile_check``: shared loads must take close to the fewest wavefronts their bytes need;
+    a failure names the worst line, then ``advice(p)`` (what causes the conflicts and the fix)."""
+
+    def check(profile, p):
+        loads = [r for r in profile.rows if r.space == "shared" and r.op == "load"]
+        units, ideal = sum(r.units for r in loads), sum(r.ideal for r in loads)
+        if not ideal or units <= 1.2 * ideal:
+            return None
+        worst = max(loads, key=lambda r: r.units - r.ideal)
+        return (f"line {worst.line}: {worst.per_request:.1f} wavefronts per shared load request, ideal "
+                f"{worst.ideal_per_request:.1f} (all shared loads: {units / ideal:.1f}x the ideal). {advice(p)}")
+
+    return check
+
+
+_banks_profile = bank_conflict_check(
+    lambda p: f"The 16 lanes of a score row read K rows {p.d} floats apart: when the row stride is a multiple of 32 "
+    "floats, every lane lands in the same bank and the reads are served one after another. Pad each row to d + 1 "
+    "floats (an odd stride spreads them over 16 banks), or swizzle: store column c of row r at c ^ r.")
 
 
 def _magnitude(p, x):

@@ -1,5 +1,6 @@
 """08_tensor_cores: matmuls on tensor cores (WMMA, then mma.sync with ldmatrix), the scores of
-one Q tile, and the FlashAttention-2 forward with S and P kept in mma fragments.
+one Q tile, and the FlashAttention-2 forward with S and P kept in mma fragments (in half and in
+bfloat16, and causal: -DCAUSAL=1 builds the same kernel with tile skipping and the mask).
 
 The named mistakes below simulate, in float64, what a kernel computes when it gets one of the
 fragment layouts of grader/fragments.py wrong, so a check can say which one.
@@ -11,7 +12,7 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_values
 from ..checks import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import forward_mistakes
+from ._attention import forward_mistakes, forward_with_mask, tile_skipping_io
 from .m07_memory_and_precision import bf16_bits
 
 MODULE = "08_tensor_cores"
@@ -221,13 +222,17 @@ exercise(
 
 def _flash_draw(p, rng):
     """Q, K, V in float64 [B, H, N, d]; ``spread`` scales Q (large logits), ``rising`` makes
-    later keys score higher."""
+    later keys score higher; ``steep=X``: every query's score grows by about X (times its
+    q[..., 0], between 1 and 4) from one key to the next."""
     shape = (p.B, p.H, p.N, p.d)
     q = rng.standard_normal(shape) * getattr(p, "spread", 1.0)
     k, v = rng.standard_normal(shape), rng.standard_normal(shape)
-    if getattr(p, "rising", False):  # later keys score higher: the running max grows tile after tile
+    if getattr(p, "rising", False) or getattr(p, "steep", 0):
         q[..., 0] = np.abs(q[..., 0]) + 1.0
+    if getattr(p, "rising", False):  # later keys score higher: the running max grows tile after tile
         k[..., 0] += np.linspace(0.0, 6.0, p.N)
+    if getattr(p, "steep", 0):  # a causal row's later keys (the masked ones) score far above its own
+        k[..., 0] += np.arange(p.N) * (p.steep / float(_flash_scale(p)))
     return dict(Q=q, K=k, V=v)
 
 
@@ -240,8 +245,9 @@ def _flash_scale(p):
 
 
 def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transposed=False, rows_paired=False):
-    """The forward as the tensor-core kernel computes it, in float64, tile of 64 keys by tile,
-    with switches for its fragment mistakes:
+    """The forward as the tensor-core kernel computes it, in float64, tile of 64 keys by tile
+    (causal when ``p.causal``: a block walks up to the tile holding its last row, and keys past a
+    row are masked), with switches for its fragment mistakes:
 
     * ``quad_max=False``: the row max is never reduced across the quad, so each of the 4 lanes
       holding a row (lane t holds keys with (key % 8) / 2 == t) keeps its own running max, its
@@ -252,7 +258,8 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
     * ``p_swapped``: P packed as {p0p1, p4p5, p2p3, p6p7}: in every 16 x 16 block of P the
       top-right and bottom-left 8 x 8 quadrants trade places.
     * ``v_transposed``: V read without .trans: every 8 x 8 block of V used transposed.
-    * ``rows_paired``: O and L stored to the rows of :func:`_c_rows_paired`.
+    * ``rows_paired``: O and L stored to the rows of :func:`_c_rows_paired` (and, causal, masked
+      as those rows: the kernel's row index is wrong for both).
     """
     scale = float(_flash_scale(p))
     q = _pad(_f64(x["Q"]), -2, TILE)  # query rows past N are zeros in the kernel's Q tile
@@ -266,22 +273,29 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
     m = np.full(rows + (4,), -np.inf)  # per row, per lane of the quad
     ell = np.zeros(rows + (4,))
     acc = np.zeros(q.shape)
+    causal, query = getattr(p, "causal", False), np.arange(q.shape[-2])
+    row_index = query // WARP_ROWS * WARP_ROWS + query % 8 * 2 + query % WARP_ROWS // 8 if rows_paired else query
     for start in range(0, nk, TILE):
         s = scale * (q @ np.swapaxes(k[..., start:start + TILE, :], -1, -2))
         s[..., np.arange(start, start + TILE) >= p.N] = -np.inf
+        if causal:  # padding rows past N too: the kernel masks by row index
+            s[..., np.arange(start, start + TILE)[None, :] > row_index[:, None]] = -np.inf
         per_lane = np.stack([s[..., lane_of_key == t].max(axis=-1) for t in range(4)], axis=-1)
         tile_max = per_lane if not quad_max else np.repeat(per_lane.max(axis=-1, keepdims=True), 4, axis=-1)
         m_new = np.maximum(m, tile_max)
         base = np.where(np.isneginf(m_new), 0.0, m_new)
         alpha = np.exp(m - base)
         probs = np.exp(s - base[..., lane_of_key])
-        ell = alpha * ell + np.stack([probs[..., lane_of_key == t].sum(axis=-1) for t in range(4)], axis=-1)
+        ell_new = alpha * ell + np.stack([probs[..., lane_of_key == t].sum(axis=-1) for t in range(4)], axis=-1)
         if p_swapped:  # row = 16a + 8h + g, key = 16b + 8e + c: quadrant (h, e) takes (e, h)
             sh = probs.shape
             probs = probs.reshape(*sh[:-2], sh[-2] // 16, 2, 8, TILE // 16, 2, 8)
             probs = probs.swapaxes(-5, -2).reshape(sh)
-        acc = alpha[..., lane_of_col] * acc + probs @ v[..., start:start + TILE, :]
-        m = m_new
+        acc_new = alpha[..., lane_of_col] * acc + probs @ v[..., start:start + TILE, :]
+        # Causal: tiles past a block's own are never visited (for a lane that has seen no key yet,
+        # a visit would not be a no-op: alpha = exp(-inf - 0) = 0 clears its share of the output).
+        visits = (query // TILE >= start // TILE)[:, None] if causal else True
+        m, ell, acc = np.where(visits, m_new, m), np.where(visits, ell_new, ell), np.where(visits, acc_new, acc)
     total = ell.sum(axis=-1, keepdims=True)
     l_col = total if quad_sum else ell[..., lane_of_col]
     l_first = total[..., 0] if quad_sum else ell[..., 0]
@@ -329,35 +343,108 @@ FLASH_CASES = [  # the race check runs on the first case: two key tiles, so the 
     hidden("custom_scale", B=1, H=1, N=96, scale=0.3),
 ]
 
+# -DCAUSAL=1. The race check runs on the first case too: block 1 loads a second key tile over the
+# first. The io check counts the K and V bytes of five query blocks (1 + 2 + ... + 5 tiles, not 5 x 5).
+CAUSAL_CASES = [
+    case("two_tiles", B=1, H=1, N=128, seed=1),
+    case("single_query", B=1, H=1, N=1, seed=2),
+    case("tile_plus_one", B=1, H=2, N=65, seed=3),
+    case("five_query_blocks", B=1, H=1, N=300, seed=4),
+    case("steep_rise", B=1, H=1, N=130, steep=0.25, seed=5),
+    case("batches_and_heads", B=2, H=2, N=70, seed=6),
+    case("custom_scale", B=1, H=1, N=100, scale=0.3, seed=7),
+    hidden("sizes_191_rising", B=1, H=1, N=191, rising=True),
+    hidden("heads_127", B=1, H=3, N=127),
+    hidden("large_logits", B=1, H=1, N=150, spread=8.0),
+]
+
 
 def _flash_ref(p, x):
-    o, lse = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(_flash_scale(p)))
+    o, lse = ref.attention_forward(x["Q"], x["K"], x["V"], causal=getattr(p, "causal", False),
+                                   scale=float(_flash_scale(p)))
     return dict(O=o, L=lse)
 
 
-for head_dim in (64, 128):
-    exercise(
-        id=f"tc_flash_fwd_d{head_dim}",
-        module=MODULE,
-        kernel="tc_flash_fwd",
-        signature="tc_flash_fwd(const elem* Q, const elem* K, const elem* V, elem* O, float* L, int N, float scale)",
-        launch_shape=f"compiled with -DHEAD_DIM={head_dim} (elem = __half); grid = (ceil_div(N, {TILE}), H, B), "
-        f"block = 128 (4 warps): block x owns query rows {TILE}x..{TILE}x+{TILE - 1} of head (blockIdx.z, blockIdx.y), "
-        f"warp w 16 of them; K/V tiles of {TILE} keys in static shared memory; S, P and the output accumulator "
-        "stay in mma fragments; Q, K, V, O [B, H, N, d] half, L [B, H, N] float (natural-log logsumexp)",
-        make_inputs=_flash_inputs,
-        outputs=dict(O=lambda p: ((p.B, p.H, p.N, p.d), F16), L=lambda p: ((p.B, p.H, p.N), F32)),
-        reference=_flash_ref,
-        args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), _flash_scale(p)),
-        grid=lambda p: (ceil_div(p.N, TILE), p.H, p.B),
-        block=lambda p: 128,
-        options=(f"-DHEAD_DIM={head_dim}",),
-        cases=[case(c.name, c.seed, **c.params, d=head_dim) if not c.hidden else hidden(c.name, **c.params, d=head_dim)
-               for c in FLASH_CASES],
-        race_check=True,
-        race_case="two_tiles",
-        mistakes=FLASH_MISTAKES + forward_mistakes(Mistake, TILE),
-    )
+def _masked(p, x, keep):
+    """(O, L) where query i sees the keys j with ``keep[i, j]`` ([N, N])."""
+    o, lse = forward_with_mask(x, float(_flash_scale(p)), keep[None, None])
+    return dict(O=o, L=lse)
+
+
+def _ij(p):
+    """([N, 1] query rows, [1, N] keys)."""
+    return np.arange(p.N)[:, None], np.arange(p.N)[None, :]
+
+
+def _causal_keep(p, x):
+    i, j = _ij(p)
+    return (j <= i)[None, None]
+
+
+def _max_over_masked_keys(p, x, round_p):
+    """The causal forward of a kernel that takes each tile's row max before the causal mask, in
+    float64 tile by tile: a row's max includes the scores of the keys past it in its diagonal
+    tile; the visible keys' p = exp(s - m) enter l as float32 and P V rounded as the kernel packs
+    them (``round_p``). Where a masked key scores far above the row's own, those p underflow in
+    half and the diagonal tile adds nothing to O, while l (float) still counts them."""
+    scale = float(_flash_scale(p))
+    q, k, v = (_f64(x[n]) for n in "QKV")
+    i, j = _ij(p)
+    s = scale * (q @ np.swapaxes(k, -1, -2))
+    m = np.full(s.shape[:-1], -np.inf)
+    ell = np.zeros(s.shape[:-1])
+    acc = np.zeros(q.shape)
+    for start in range(0, p.N, TILE):
+        visits = (i[:, 0] // TILE >= start // TILE)  # a block walks up to the tile holding its rows
+        tile = slice(start, start + TILE)
+        m_new = np.where(visits, np.maximum(m, s[..., tile].max(axis=-1)), m)
+        alpha = np.exp(m - m_new)  # -inf - finite: 0, the first tile
+        with np.errstate(under="ignore"):
+            probs = np.where(j[:, tile] <= i, np.exp(s[..., tile] - m_new[..., None]), 0.0).astype(F32)
+        probs = np.where(visits[:, None], probs, 0.0)
+        ell = alpha * ell + probs.sum(axis=-1, dtype=np.float64)
+        acc = alpha[..., None] * acc + round_p(probs) @ v[..., tile, :]
+        m = m_new
+    return dict(O=acc / ell[..., None], L=m + np.log(ell))
+
+
+def _causal_mistakes(round_p):
+    """What a causal build gets wrong about the mask and the tiles it walks (``round_p``: P as packed)."""
+    def keep(rule):
+        return lambda p, x: _masked(p, x, rule(*_ij(p)))
+
+    return [
+        Mistake("no causal mask", "with -DCAUSAL=1 query i sees keys 0..i only: stop the walk over key tiles after the "
+                "tile that holds the block's last row, and set the scores of keys past the row to -INFINITY.",
+                keep(lambda i, j: np.ones((i.size, j.size), bool))),
+        Mistake("diagonal tile not masked", "stopping the walk at the block's own tile leaves out the tiles above the "
+                "diagonal, but inside that tile the keys past each row still need -INFINITY (keep key <= row[e / 2]).",
+                keep(lambda i, j: j // TILE <= i // TILE)),
+        Mistake("mask off by one on the diagonal", "query i may attend to key i itself: keep key <= row, not key < row "
+                "(with key < row, query 0 sees nothing at all).",
+                keep(lambda i, j: j < i)),
+        Mistake("diagonal tile skipped", f"the block must visit the tile that holds its own rows (keys q0 .. q0 + "
+                f"{TILE - 1}), masked: walk while k0 < min(N, q0 + {TILE}), not k0 < q0 (which leaves the first block "
+                "no key at all).",
+                keep(lambda i, j: (j <= i) & (j // TILE < i // TILE))),
+        Mistake("causal mask compares with the wrong row", "s[n][e] belongs to row g + 8 * (e / 2) of the warp: "
+                "compare the key with row[e / 2], not with row g for both of the lane's rows.",
+                keep(lambda i, j: j <= i - 8 * (i % WARP_ROWS >= 8))),
+        Mistake("row max taken before the causal mask", "set the scores of keys past the row to -INFINITY before the "
+                "row max: a max that includes them (here later keys score far above the row's own) makes "
+                "p = exp2(s - m) of the visible keys underflow when P is packed to half, so the diagonal tile adds "
+                "nothing to O, while l (a float) still counts them.",
+                lambda p, x: _max_over_masked_keys(p, x, round_p)),
+    ]
+
+
+def _half(a):
+    return a.astype(F16).astype(np.float64)
+
+
+def _bfloat16(a):
+    return bf16_values(bf16_bits(a)).astype(np.float64)
+
 
 # --------------------------------------------------------------------------- the same kernel in bfloat16
 # -DELEM_BF16=1 builds tc_flash_fwd with __nv_bfloat16 tensors and mma_m16n8k16_bf16. NumPy has no
@@ -382,28 +469,64 @@ def _on_values(m):
 
 BF16_FLASH_MISTAKES = [_on_values(m) for m in FLASH_MISTAKES + forward_mistakes(Mistake, TILE)]
 
-for head_dim in (64, 128):
+
+def _flash_exercise(head_dim, bf16=False, causal=False):
+    """tc_flash_fwd graded in one build (head dimension, element type, causal or not), with the
+    benchmark `python -m grader bench` runs for it."""
+    ex_id = "tc_flash_fwd_" + ("bf16_" if bf16 else "") + ("causal_" if causal else "") + f"d{head_dim}"
+    options = (f"-DHEAD_DIM={head_dim}",) + (("-DELEM_BF16=1",) if bf16 else ()) + (("-DCAUSAL=1",) if causal else ())
+    if causal:
+        mistakes = _causal_mistakes(_bfloat16 if bf16 else _half) + FLASH_MISTAKES + forward_mistakes(
+            Mistake, TILE, keep=_causal_keep)
+        if bf16:
+            mistakes = [_on_values(m) for m in mistakes]
+    else:
+        mistakes = BF16_FLASH_MISTAKES if bf16 else FLASH_MISTAKES + forward_mistakes(Mistake, TILE)
+    elem = "__nv_bfloat16" if bf16 else "__half"
+    if bf16 or causal:
+        launch_shape = (f"compiled with {' '.join(options)} (elem = {elem}); grid = (ceil_div(N, {TILE}), H, B), "
+                        f"block = 128 (4 warps): as tc_flash_fwd_d{head_dim}"
+                        + (", with bfloat16 tensors and mma_m16n8k16_bf16" if bf16 else "")
+                        + (f"; query row i sees keys 0..i: block x walks over the key tiles up to the one holding its "
+                           f"last row, {TILE}x + {TILE - 1} (tiles above the diagonal are never loaded), and sets the "
+                           "scores of keys past the row to -INFINITY before the row max" if causal else "")
+                        + f"; Q, K, V, O [B, H, N, d] {'bfloat16 (passed as uint16 bits)' if bf16 else 'half'}, "
+                        "L [B, H, N] float")
+    else:
+        launch_shape = (f"compiled with -DHEAD_DIM={head_dim} (elem = __half); grid = (ceil_div(N, {TILE}), H, B), "
+                        f"block = 128 (4 warps): block x owns query rows {TILE}x..{TILE}x+{TILE - 1} of head "
+                        f"(blockIdx.z, blockIdx.y), warp w 16 of them; K/V tiles of {TILE} keys in static shared "
+                        "memory; S, P and the output accumulator stay in mma fragments; Q, K, V, O [B, H, N, d] half, "
+                        "L [B, H, N] float (natural-log logsumexp)")
+    extra = dict(d=head_dim, causal=True) if causal else dict(d=head_dim)
     exercise(
-        id=f"tc_flash_fwd_bf16_d{head_dim}",
+        id=ex_id,
         module=MODULE,
         kernel="tc_flash_fwd",
         signature="tc_flash_fwd(const elem* Q, const elem* K, const elem* V, elem* O, float* L, int N, float scale)",
-        launch_shape=f"compiled with -DHEAD_DIM={head_dim} -DELEM_BF16=1 (elem = __nv_bfloat16); grid = "
-        f"(ceil_div(N, {TILE}), H, B), block = 128 (4 warps): as tc_flash_fwd_d{head_dim}, with bfloat16 tensors "
-        "and mma_m16n8k16_bf16; Q, K, V, O [B, H, N, d] bfloat16 (passed as uint16 bits), L [B, H, N] float",
-        make_inputs=_flash_inputs_bf16,
-        outputs=dict(O=lambda p: ((p.B, p.H, p.N, p.d), BF16), L=lambda p: ((p.B, p.H, p.N), F32)),
-        reference=lambda p, x: _flash_ref(p, _bf16_as_values(x)),
+        launch_shape=launch_shape,
+        make_inputs=_flash_inputs_bf16 if bf16 else _flash_inputs,
+        outputs=dict(O=lambda p: ((p.B, p.H, p.N, p.d), BF16 if bf16 else F16), L=lambda p: ((p.B, p.H, p.N), F32)),
+        reference=(lambda p, x: _flash_ref(p, _bf16_as_values(x))) if bf16 else _flash_ref,
         args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), _flash_scale(p)),
         grid=lambda p: (ceil_div(p.N, TILE), p.H, p.B),
         block=lambda p: 128,
-        options=(f"-DHEAD_DIM={head_dim}", "-DELEM_BF16=1"),
-        cases=[case(c.name, c.seed, **c.params, d=head_dim) if not c.hidden else hidden(c.name, **c.params, d=head_dim)
-               for c in FLASH_CASES],
+        options=options,
+        cases=[case(c.name, c.seed, **c.params, **extra) if not c.hidden else hidden(c.name, **c.params, **extra)
+               for c in (CAUSAL_CASES if causal else FLASH_CASES)],
         race_check=True,
         race_case="two_tiles",
-        mistakes=BF16_FLASH_MISTAKES,
+        mistakes=mistakes,
+        io_check=tile_skipping_io(TILE, TILE, 2) if causal else None,
+        io_case="five_query_blocks" if causal else None,
     )
+    benchspec.SPECS[ex_id] = benchspec.forward_spec(ex_id, d=head_dim, causal=causal)
+
+
+for _bf16 in (False, True):
+    for _causal in (False, True):
+        for _d in (64, 128):
+            _flash_exercise(_d, _bf16, _causal)
 
 # What `python -m grader bench` times the matmuls against: cuBLAS at 4096^3, half in, float out.
 for _id in ("wmma_matmul", "mma_matmul"):

@@ -1,0 +1,166 @@
+"""Module 09's GPU evidence: the ladder from module 08's tensor-core forward to the pipelined,
+swizzled and tuned kernels, in every configuration fp16/bf16 x d 64/128 x causal/not at
+B=4, H=16, S=4096, beside SDPA's flash backend (and cuDNN's). Every kernel is read from the
+instructor notebooks (grader.course.solution_source): the sources the course grades.
+
+    python benchmarks/bench_09_pipelines.py gpu --out DIR      # on a GPU (about 5 minutes)
+    python benchmarks/bench_09_pipelines.py emulator           # the same code path, tiny shapes, no timing
+
+Writes DIR/bench_09.json (the `bench` records: `tc_flash_fwd_pipe_*`, `tc_flash_fwd_swizzle_*`,
+`tc_flash_fwd_tuned_*`, kernel names without the dtype, which is a field) and
+DIR/autotune_tc_flash.json (the swizzled kernel's time over BLOCK_ROWS x STAGES per configuration,
+the data of module 09's heatmap, and the matmul's over STAGES). `--merge` puts the records into results/gpu_evidence.json.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import grader  # noqa: E402
+from grader import autotune, benchmark, benchspec, launch  # noqa: E402
+from grader.checks import REGISTRY, run_check  # noqa: E402
+from grader.course import solution_source  # noqa: E402
+from grader.exercises import m09_pipelines as m09  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+CONFIGS = [(dtype, d, causal) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
+SWEEP = list(itertools.product((64, 128), (2, 3, 4)))  # (BLOCK_ROWS, STAGES)
+FLASH = "FLASH_ATTENTION"
+
+
+def build(kernel, dtype, d, causal, stages=m09.STAGES, block_rows=m09.BLOCK_ROWS):
+    """A module 09 exercise row for this build, registered for the length of this run so that
+    grader.bench can check and time it like any exercise."""
+    ex, spec = m09.variant(kernel, d, dtype, causal, stages, block_rows, register=False)
+    REGISTRY.setdefault(ex.id, ex)
+    benchspec.SPECS.setdefault(ex.id, spec)
+    return ex.id
+
+
+def record_name(kernel, d, causal):
+    return f"{kernel}_d{d}{'_causal' if causal else ''}"
+
+
+def flash_record(report, name):
+    """The report's record against SDPA's flash backend (the target's baseline), cuDNN's beside it."""
+    rec = report.record(against=FLASH) | {"kernel": name}
+    cudnn = next((b for b in report.baselines if b.backend == "CUDNN_ATTENTION" and b.ran), None)
+    if cudnn:
+        rec |= {"cudnn_ms": benchmark._sig(cudnn.ms), "cudnn_tflops": benchmark._sig(cudnn.tflops)}
+    return rec
+
+
+def matmul_stages(stages):
+    """mma_matmul_pipe built with another STAGES, registered for this run."""
+    ex = REGISTRY["mma_matmul_pipe"]
+    ex_id = f"mma_matmul_pipe_stages{stages}"
+    REGISTRY.setdefault(ex_id, dataclasses.replace(ex, id=ex_id, options=(f"-DSTAGES={stages}",),
+                                                   shared_mem=lambda p: m09.gemm_shared_bytes(stages)))
+    benchspec.SPECS.setdefault(ex_id, dataclasses.replace(benchspec.SPECS["mma_matmul_pipe"], exercise=ex_id))
+    return ex_id
+
+
+def gpu_main(out: Path, repeats: int = 3):
+    sources = {k: solution_source(f"{k}_d64") for k in m09.KERNELS}
+    bench_records, sweep_rows = [], []
+    gemm = solution_source("mma_matmul_pipe")
+    report = grader.bench("mma_matmul_pipe", gemm, repeats=repeats)
+    if not report.check_passed:
+        raise SystemExit(f"mma_matmul_pipe: {report.check_message}")
+    print(report.table(), flush=True)
+    bench_records.append(report.record())
+    for stages in (2, 4):
+        r = grader.bench(matmul_stages(stages), gemm, baselines=False)
+        if r.check_passed:
+            sweep_rows.append(dict(kernel="mma_matmul_pipe", STAGES=stages, status="ok", ms=benchmark._sig(r.kernel.ms),
+                                   tflops=benchmark._sig(r.kernel.tflops)))
+            print(f"  mma_matmul_pipe STAGES={stages}: {r.kernel.ms:.4g} ms {r.kernel.tflops:.4g} TF/s", flush=True)
+    for dtype, d, causal in CONFIGS:
+        baselines = None
+        for kernel in m09.KERNELS:
+            ex_id = build(kernel, dtype, d, causal)
+            report = grader.bench(ex_id, sources[kernel], dtype=dtype, repeats=repeats, baselines=baselines is None)
+            if not report.check_passed:
+                raise SystemExit(f"{ex_id}: {report.check_message}")
+            if baselines is None:
+                baselines = report.baselines
+            report.baselines = baselines
+            rec = flash_record(report, record_name(kernel, d, causal))
+            bench_records.append(rec)
+            print(f"{rec['kernel']:34s} {dtype} {rec['ms']:8.4g} ms {rec['tflops']:6.4g} TF/s  "
+                  f"x{rec['ratio']} of SDPA flash ({rec['baseline_tflops']} TF/s), cuDNN {rec.get('cudnn_tflops')} TF/s",
+                  flush=True)
+
+        best = None
+        for block_rows, stages in SWEEP:
+            row = dict(kernel="tc_flash_fwd_swizzle", d=d, dtype=dtype, causal=causal, BLOCK_ROWS=block_rows,
+                       STAGES=stages)
+            ex_id = build("tc_flash_fwd_swizzle", dtype, d, causal, stages, block_rows)
+            smem = REGISTRY[ex_id].shared_mem(benchspec.SPECS[ex_id].params(benchspec.SPECS[ex_id].shape))
+            if smem > launch.MAX_SHARED_BYTES_OPTIN:
+                sweep_rows.append(row | dict(status=f"{smem} bytes of shared memory: over the per-block limit"))
+                continue
+            report = grader.bench(ex_id, sources["tc_flash_fwd_swizzle"], dtype=dtype, baselines=False)
+            if not report.check_passed:
+                sweep_rows.append(row | dict(status="check failed: " + report.check_message.splitlines()[0]))
+                continue
+            k = report.kernel
+            sweep_rows.append(row | dict(status="ok", ms=benchmark._sig(k.ms), tflops=benchmark._sig(k.tflops)))
+            if best is None or k.ms < best[0]:
+                best = (k.ms, block_rows, stages)
+            print(f"  sweep {dtype} d={d} causal={causal} BLOCK_ROWS={block_rows} STAGES={stages}: "
+                  f"{k.ms:.4g} ms {k.tflops:.4g} TF/s", flush=True)
+
+        _, block_rows, stages = best
+        ex_id = build("tc_flash_fwd_swizzle", dtype, d, causal, stages, block_rows)
+        report = grader.bench(ex_id, sources["tc_flash_fwd_swizzle"], dtype=dtype, repeats=repeats, baselines=False)
+        report.baselines = baselines
+        rec = flash_record(report, record_name("tc_flash_fwd_tuned", d, causal)) | dict(BLOCK_ROWS=block_rows,
+                                                                                          STAGES=stages)
+        bench_records.append(rec)
+        print(f"{rec['kernel']:34s} {dtype} {rec['ms']:8.4g} ms {rec['tflops']:6.4g} TF/s  x{rec['ratio']} of SDPA "
+              f"flash (BLOCK_ROWS={block_rows}, STAGES={stages})", flush=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_09.json").write_text(json.dumps(bench_records, indent=1) + "\n")
+        (out / "autotune_tc_flash.json").write_text(json.dumps(sweep_rows, indent=1) + "\n")
+
+    # The tuner itself, on the course's own row: it must pick a configuration and cache it.
+    result = autotune.tune("tc_flash_fwd_swizzle_d64", sources["tc_flash_fwd_swizzle"], refresh=True)
+    print(result.table())
+
+
+def emulator_main():
+    """Every build the GPU run times, checked on the emulator's visible cases (no timing)."""
+    sources = {k: solution_source(f"{k}_d64") for k in m09.KERNELS}
+    for dtype, d, causal in [("bf16", 128, True), ("fp16", 64, False)]:
+        for kernel in m09.KERNELS:
+            ex_id = build(kernel, dtype, d, causal)
+            result = run_check(ex_id, sources[kernel])
+            print(ex_id, "passed" if result.passed else result.first_failure.message, flush=True)
+            if not result.passed:
+                raise SystemExit(1)
+    for ex_id, src in ((matmul_stages(4), solution_source("mma_matmul_pipe")),
+                       (build("tc_flash_fwd_swizzle", "fp16", 64, False, 4, 64), sources["tc_flash_fwd_swizzle"])):
+        result = run_check(ex_id, src)
+        print(ex_id, "passed" if result.passed else result.first_failure.message, flush=True)
+        if not result.passed:
+            raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["emulator", "gpu"])
+    ap.add_argument("--out", type=Path, default=Path("bench09_out"))
+    ap.add_argument("--merge", action="store_true", help="merge the records into results/gpu_evidence.json")
+    a = ap.parse_args()
+    if a.mode == "emulator":
+        emulator_main()
+    else:
+        gpu_main(a.out)
+        if a.merge:
+            benchmark.merge_records(RESULTS / "gpu_evidence.json", json.loads((a.out / "bench_09.json").read_text()))

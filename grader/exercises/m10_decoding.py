@@ -1,0 +1,428 @@
+"""10_decoding: attention for LLM decoding, a few queries per head against a long K/V cache, with
+the keys split over many blocks (split-KV, "flash decoding"): each block writes the normalised
+result of its chunk of keys and its logsumexp, and a second kernel merges the chunks with
+module 03's rule.
+
+Shapes: Q [B, H, n_q, d], K and V [B, H, N, d] (N keys allocated, lengths[b] of them valid), the
+partial results O_part [B, H, splits, n_q, d] and L_part [B, H, splits, n_q], the output
+O [B, H, n_q, d] and L [B, H, n_q]. Split s of a head owns keys [s * chunk, min((s + 1) * chunk,
+lengths[b])) with chunk = ceil_div(N, splits).
+
+The named mistakes simulate, in float64, what a kernel computes with the wrong chunk bounds,
+the wrong weights or the wrong guards, so a failing check can say which.
+"""
+import functools
+
+import numpy as np
+
+from .. import reference as ref
+from ..exercise_rows import Mistake, case, exercise, hidden
+from ..launch import ceil_div
+from ._attention import max_from_zero, score_sizes
+
+MODULE = "10_decoding"
+F16, F32 = np.float16, np.float32
+SPLIT_THREADS = 128  # decode_split: 4 warps
+MERGE_THREADS = 128  # decode_merge
+H100_SMS = 132
+H100_HBM_TBPS = 3.35  # H100 SXM5 HBM3 bandwidth: NVIDIA's H100 Tensor Core GPU datasheet
+
+
+def decode_bytes(B: int, H: int, n_q: int, N: int, d: int) -> int:
+    """The bytes a decode step must move in fp16: Q, K and V read once, O written once."""
+    return 2 * B * H * (2 * n_q + 2 * N) * d
+
+
+def choose_splits(B: int, H: int, N: int, n_q: int = 1, sms: int = H100_SMS, blocks_per_sm: int = 32,
+                  work_per_chunk: int = 4096) -> int:
+    """The host's choice of ``splits`` for a decode launch: about ``blocks_per_sm`` blocks
+    (B * H * splits) per SM, many waves of the blocks an SM can hold at once, so that the last,
+    partly filled wave is a small part of the time; but no chunk with fewer than
+    ``work_per_chunk / n_q`` keys (and never under 256), over which each block's fixed work (loading
+    q, merging its states, writing its partial result) is spread: with more queries a key is more
+    work, so shorter chunks pay. At least 1. (The constants come from the H100 sweeps of
+    benchmarks/decode.py.)"""
+    wanted = ceil_div(blocks_per_sm * sms, B * H)
+    min_chunk = max(256, work_per_chunk // max(1, n_q))
+    return max(1, min(wanted, ceil_div(N, min_chunk)))
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _draw(p, rng):
+    """Q [B, H, n_q, d], K, V [B, H, N, d] in float64. ``spread`` scales Q (large
+    logits). Legal extremes move every query's score for a key by a chosen offset (feature 0:
+    q[..., 0] = 1 and k[..., j, 0] = offset / scale): ``negative=X`` puts every score near -X
+    (X > 87: exp(s) underflows in float32), ``late_peak=X`` lifts the last valid key of each batch
+    entry X above the rest (the max arrives in the last step of the last nonempty split)."""
+    q = rng.standard_normal((p.B, p.H, p.n_q, p.d)) * getattr(p, "spread", 1.0)
+    k = rng.standard_normal((p.B, p.H, p.N, p.d))
+    v = rng.standard_normal((p.B, p.H, p.N, p.d))
+    offset = np.full((p.B, p.N), -getattr(p, "negative", 0.0))
+    for b, length in enumerate(p.lengths):
+        if length:
+            offset[b, length - 1] += getattr(p, "late_peak", 0.0)
+    if offset.any():
+        q[..., 0] = 1.0
+        k[..., 0] = offset[:, None, :] / float(scale_of(p))
+    return q, k, v
+
+
+def scale_of(p):
+    return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
+
+
+def _split_inputs(p, rng):
+    q, k, v = _draw(p, rng)
+    return dict(Q=q.astype(F16), K=k.astype(F16), V=v.astype(F16), lengths=np.asarray(p.lengths, np.int32))
+
+
+# --------------------------------------------------------------------------- the partial results
+
+
+def _keep(p, lengths=None, chunk=None, end_shift=0):
+    """[B, H or 1, splits, N] boolean: split s of head (b, h) sees key j. ``lengths`` [B] or [B, H]
+    (default: the case's), ``chunk`` (default ceil_div(N, splits)) and ``end_shift`` (keys added to
+    or taken from the end of every chunk) reproduce wrong bounds."""
+    chunk = ceil_div(p.N, p.splits) if chunk is None else chunk
+    lengths = np.asarray(p.lengths if lengths is None else lengths)
+    lengths = lengths.reshape(lengths.shape + (1,) * (2 - lengths.ndim))  # [B, 1] or [B, H]
+    start = np.arange(p.splits) * chunk
+    end = np.minimum(start + chunk + end_shift, lengths[..., None])  # [B, H or 1, splits]
+    j = np.arange(p.N)
+    return (j >= start[:, None]) & (j < end[..., None])
+
+
+def _per_split(x):
+    """Q, K, V as float64 with a splits axis (size 1) before the rows, so one mask covers every split."""
+    return tuple(np.asarray(x[n], np.float64)[:, :, None] for n in ("Q", "K", "V"))
+
+
+def partials(p, x, keep=None, scale=None):
+    """(O_part, L_part) in float64: each split's softmax-weighted average of V over its keys, and
+    their logsumexp; an empty split gives O = 0 and L = -inf (ref.finalize_state's convention)."""
+    keep = _keep(p) if keep is None else keep
+    q, k, v = _per_split(x)
+    state = ref.partial_state(q, k, v, scale=float(scale_of(p)) if scale is None else scale, mask=keep[..., None, :])
+    return ref.finalize_state(state)
+
+
+def _split_ref(p, x):
+    o, lse = partials(p, x)
+    return dict(O_part=o, L_part=lse)
+
+
+def _split_magnitude(p, x):
+    """{O_part, L_part}: the size of the terms behind each partial result, per split as for a forward
+    (grader/exercises/_attention.py forward_magnitude): (1 + R) * sum_j P_j |V_jc| and |L| + R, R the
+    largest score size among the split's keys."""
+    q, k, v = _per_split(x)
+    keep = _keep(p)[..., None, :]
+    scale = float(scale_of(p))
+    _, r = score_sizes(q, k, scale, keep)
+    probs = ref.softmax_rows(np.where(keep, ref.scaled_scores(q, k, scale), -np.inf))
+    lse = partials(p, x)[1]
+    return dict(O_part=(1.0 + r)[..., None] * (probs @ np.abs(v)),
+                L_part=np.where(np.isfinite(lse), np.abs(lse), 0.0) + r)
+
+
+# --------------------------------------------------------------------------- decode_split's mistakes
+
+
+def _as_split(ol):
+    return dict(O_part=ol[0], L_part=ol[1])
+
+
+def _when(condition, make):
+    return make() if condition else None
+
+
+def _lengths_by_head(p):
+    """lengths read at the head index (blockIdx.y) instead of the batch entry (blockIdx.z)."""
+    return np.broadcast_to(np.asarray(p.lengths)[None, :p.H], (p.B, p.H)) if p.H <= p.B else None
+
+
+def _chunk_max(p, x):
+    """The natural-log max score of each split (0 for an empty one)."""
+    q, k, _ = _per_split(x)
+    s = np.where(_keep(p)[..., None, :], ref.scaled_scores(q, k, float(scale_of(p))), -np.inf)
+    m = s.max(axis=-1)
+    return np.where(np.isfinite(m), m, 0.0)
+
+
+def _empty_split_nan(p, x):
+    o, _ = partials(p, x)
+    empty = ~_keep(p).any(axis=-1)  # [B, H or 1, splits]
+    if not empty.any():
+        return None
+    return dict(O_part=np.where(empty[..., None, None], np.nan, o))
+
+
+def _max_from_zero(p, x):
+    if not getattr(p, "negative", 0):
+        return None
+    q, k, v = _per_split(x)
+    return _as_split(max_from_zero(dict(Q=q, K=k, V=v), float(scale_of(p)), _keep(p)[..., None, :]))
+
+
+SPLIT_MISTAKES = [
+    Mistake("padding keys included",
+            "keys j >= lengths[b] are padding: a split's keys end at min((s + 1) * chunk, lengths[b]), not at "
+            "(s + 1) * chunk or N.",
+            lambda p, x: _when(min(p.lengths) < p.N, lambda: _as_split(partials(p, x, _keep(p, lengths=[p.N] * p.B))))),
+    Mistake("key length of another batch entry",
+            "the batch entry is blockIdx.z (the head is blockIdx.y): read lengths[blockIdx.z].",
+            lambda p, x: _when(_lengths_by_head(p) is not None and len(set(p.lengths)) > 1,
+                               lambda: _as_split(partials(p, x, _keep(p, lengths=_lengths_by_head(p)))))),
+    Mistake("an empty split writes NaN",
+            "a split with no valid key (its chunk starts at or past lengths[b]) has l = 0: write O = 0 and "
+            "L = -INFINITY for it instead of acc / l = 0 / 0 = NaN.",
+            _empty_split_nan),
+    Mistake("chunk end off by one: a key counted twice",
+            "split s owns keys s * chunk .. (s + 1) * chunk - 1; the key (s + 1) * chunk is the first of split "
+            "s + 1, so stop before it (key < end, not key <= end).",
+            lambda p, x: _as_split(partials(p, x, _keep(p, end_shift=1)))),
+    Mistake("chunk end off by one: the last key of each chunk dropped",
+            "split s owns keys s * chunk .. (s + 1) * chunk - 1 inclusive: end = min((s + 1) * chunk, lengths[b]) "
+            "and loop while key < end.",
+            lambda p, x: _as_split(partials(p, x, _keep(p, end_shift=-1)))),
+    Mistake("chunk size rounded down",
+            "chunk = ceil_div(N, splits): with N / splits the last N % splits keys belong to no split.",
+            lambda p, x: _when(p.N % p.splits, lambda: _as_split(partials(p, x, _keep(p, chunk=p.N // p.splits))))),
+    Mistake("L_part in base 2",
+            "L is the natural-log logsumexp: with scores kept in the log2 domain, L = (m + log2f(l)) * ln 2.",
+            lambda p, x: dict(L_part=partials(p, x)[1] * np.log2(np.e))),
+    Mistake("L_part without the max",
+            "L = m + log(l): the running sum l is measured relative to the max m.",
+            lambda p, x: dict(L_part=partials(p, x)[1] - _chunk_max(p, x))),
+    Mistake("running max starts at 0",
+            "initialise m = -INFINITY, not 0: when every score is below about -87, exp(s - 0) underflows to 0 "
+            "for every key, so l = 0 and the split looks empty (or 0 / 0 = NaN).",
+            _max_from_zero),
+    Mistake("scale computed from d instead of the scale argument",
+            "use the kernel's `scale` argument: the caller may pass any scale, not only 1/sqrt(d).",
+            lambda p, x: _when(not np.isclose(scale_of(p), 1 / np.sqrt(p.d)),
+                               lambda: _as_split(partials(p, x, scale=float(F32(1 / np.sqrt(p.d))))))),
+    Mistake("scale never applied", "scores are scale * (q . k); multiply once.",
+            lambda p, x: _as_split(partials(p, x, scale=1.0))),
+    Mistake("scale applied twice", "scores are scale * (q . k); multiply once.",
+            lambda p, x: _as_split(partials(p, x, scale=float(scale_of(p)) ** 2))),
+]
+
+
+def _kv_read_once(io, p):
+    """decode_split must read the K and V rows of the valid keys and nothing else, each once (the
+    case has at most 4 queries per head: one walk over each chunk)."""
+    needed = 2 * sum(p.lengths) * p.H * p.d * 2  # K and V, 2-byte elements
+    read = io.per_array["K"][0] + io.per_array["V"][0]
+    if read <= 1.05 * needed:
+        return None
+    return (f"your kernel read {read / needed:.2f}x the bytes of K and V that the valid keys hold ({read} bytes, "
+            f"{needed} needed). Decoding is memory bound: load only keys < lengths[b] (padding rows need not be "
+            "read at all, not even to be masked), and each key row once per walk over the chunk.")
+
+
+def _split_cases(d):
+    return [
+        case("one_query", B=1, H=1, n_q=1, N=64, splits=2, lengths=(64,), d=d, seed=1),
+        case("several_queries", B=1, H=2, n_q=6, N=100, splits=3, lengths=(100,), d=d, seed=2),
+        case("sixteen_queries", B=1, H=1, n_q=16, N=40, splits=2, lengths=(40,), d=d, seed=3),
+        case("long_chunks", B=1, H=1, n_q=2, N=300, splits=2, lengths=(300,), d=d, seed=4),
+        case("more_splits_than_keys", B=1, H=2, n_q=2, N=10, splits=16, lengths=(10,), d=d, seed=5),
+        case("lengths_0_1_full", B=3, H=2, n_q=3, N=70, splits=4, lengths=(70, 1, 0), d=d, seed=6),
+        case("padding_mid_chunk", B=2, H=1, n_q=1, N=128, splits=4, lengths=(50, 97), d=d, seed=7),
+        case("large_logits", B=1, H=1, n_q=4, N=90, splits=3, lengths=(90,), spread=60.0, d=d, seed=8),
+        case("max_in_last_split", B=1, H=1, n_q=2, N=300, splits=2, lengths=(300,), late_peak=30.0, d=d, seed=9),
+        case("scores_below_minus_87", B=1, H=1, n_q=2, N=60, splits=2, lengths=(60,), negative=150.0, d=d, seed=10),
+        case("custom_scale", B=1, H=2, n_q=3, N=80, splits=3, lengths=(80,), scale=0.3, d=d, seed=11),
+        hidden("sizes_odd", B=2, H=3, n_q=5, N=133, splits=5, lengths=(133, 77), d=d),
+        hidden("short_and_empty", B=2, H=1, n_q=1, N=37, splits=7, lengths=(0, 37), d=d),
+        hidden("long_ragged", B=1, H=2, n_q=4, N=400, splits=3, lengths=(333,), spread=3.0, d=d),
+        hidden("custom_scale_peak", B=2, H=1, n_q=3, N=120, splits=4, lengths=(120, 61), scale=0.2, late_peak=40.0,
+               d=d),
+        hidden("sixteen_queries_padded", B=2, H=1, n_q=16, N=90, splits=3, lengths=(45, 90), d=d),
+    ]
+
+
+for _d in (64, 128):
+    exercise(
+        id=f"decode_split_d{_d}",
+        module=MODULE,
+        kernel="decode_split",
+        signature="decode_split(const __half* Q, const __half* K, const __half* V, const int* lengths, "
+        "float* O_part, float* L_part, int n_q, int N, int splits, float scale)",
+        launch_shape=f"compiled with -DHEAD_DIM={_d}; grid = (splits, H, B), block = {SPLIT_THREADS}: block "
+        "(s, h, b) attends all n_q queries (1..16) of head (b, h) over keys [s * chunk, min((s + 1) * chunk, "
+        "lengths[b])), chunk = ceil_div(N, splits), and writes their normalised output O_part [B, H, splits, n_q, d] "
+        "and natural-log logsumexp L_part [B, H, splits, n_q] (float; an empty split: O = 0, L = -INFINITY); "
+        "Q [B, H, n_q, d], K and V [B, H, N, d] half, lengths [B] int; no mask among the queries. The check also "
+        "counts the K and V bytes read on the emulator",
+        make_inputs=_split_inputs,
+        outputs=dict(O_part=lambda p: ((p.B, p.H, p.splits, p.n_q, p.d), F32),
+                     L_part=lambda p: ((p.B, p.H, p.splits, p.n_q), F32)),
+        reference=_split_ref,
+        args=lambda p, a: (a.Q, a.K, a.V, a.lengths, a.O_part, a.L_part, np.int32(p.n_q), np.int32(p.N),
+                           np.int32(p.splits), scale_of(p)),
+        grid=lambda p: (p.splits, p.H, p.B),
+        block=lambda p: SPLIT_THREADS,
+        options=(f"-DHEAD_DIM={_d}",),
+        cases=_split_cases(_d),
+        magnitude=_split_magnitude,
+        mistakes=SPLIT_MISTAKES,
+        race_check=True,
+        race_case="several_queries",  # two groups of queries: the shared states are reused
+        io_check=_kv_read_once,
+        io_case="padding_mid_chunk",
+    )
+
+# --------------------------------------------------------------------------- decode_merge
+
+
+def _merge_inputs(p, rng):
+    """The float32 partial results of decode_split for a drawn Q, K, V (exact up to the rounding to float32)."""
+    q, k, v = _draw(p, rng)
+    o, lse = partials(p, dict(Q=q.astype(F16), K=k.astype(F16), V=v.astype(F16)))
+    return dict(O_part=o.astype(F32), L_part=lse.astype(F32))
+
+
+def _split_states(x):
+    """Each split's partial result as module 03's state (m, l, acc) = (L_s, 1, O_s), (-inf, 0, 0) when
+    empty: O_s is its average with l measured against e^{L_s}."""
+    o, lse = (np.asarray(x[n], np.float64) for n in ("O_part", "L_part"))
+    return [(lse[:, :, s], np.isfinite(lse[:, :, s]).astype(np.float64), o[:, :, s]) for s in range(lse.shape[2])]
+
+
+def _merge_ref(p, x):
+    o, lse = ref.finalize_state(functools.reduce(ref.merge_states, _split_states(x)))
+    return dict(O=o, L=lse)
+
+
+def _merge_magnitude(p, x):
+    """{O, L}: O's terms are w_s |O_s| (w_s = e^{L_s - L}, summing to 1); L's error scales with the largest |L_s|."""
+    o, lse = (np.asarray(x[n], np.float64) for n in ("O_part", "L_part"))
+    total = _merge_ref(p, x)["L"][:, :, None]  # [B, H, 1, n_q]
+    w = np.exp(lse - np.where(np.isfinite(total), total, 0.0))  # 0 for an empty split
+    return dict(O=(w[..., None] * np.abs(o)).sum(axis=2), L=np.where(np.isfinite(lse), np.abs(lse), 0.0).max(axis=2))
+
+
+def _weighted(x, weights):
+    """(O, L) from unnormalised weights [B, H, splits, n_q] of the splits (O = 0, L = -inf where they sum to 0)."""
+    o = np.asarray(x["O_part"], np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        total = weights.sum(axis=2)
+        out = (weights[..., None] * o).sum(axis=2) / total[..., None]
+        return np.where((total > 0)[..., None], out, 0.0), np.where(total > 0, np.log(total), -np.inf)
+
+
+def _float32_exp(t):
+    with np.errstate(over="ignore", under="ignore"):
+        return np.exp(np.asarray(t, F32)).astype(np.float64)
+
+
+def _lse(x):
+    return np.asarray(x["L_part"], np.float64)
+
+
+def _unshifted(p, x):
+    o, lse = _weighted(x, _float32_exp(_lse(x)))
+    return dict(O=o, L=lse)
+
+
+def _max_from_zero_merge(p, x):
+    if not getattr(p, "negative", 0):
+        return None
+    m = np.maximum(_lse(x).max(axis=2), 0.0)
+    o, lse = _weighted(x, _float32_exp(_lse(x) - m[:, :, None]))
+    return dict(O=o, L=np.where(np.isfinite(lse), m + lse, -np.inf))
+
+
+def _empty_entry_nan(p, x):
+    empty = ~np.isfinite(_lse(x)).any(axis=2)  # [B, H, n_q]: every split empty
+    if not empty.any():
+        return None
+    return dict(O=np.where(empty[..., None], np.nan, _merge_ref(p, x)["O"]))
+
+
+def _base2_weights(p, x):
+    lse = _lse(x)
+    m = lse.max(axis=2)
+    shift = np.where(np.isfinite(m), m, 0.0)[:, :, None]
+    return dict(O=_weighted(x, np.exp2(lse - shift))[0])
+
+
+def _l_without_max(p, x):
+    lse = _merge_ref(p, x)["L"]
+    m = _lse(x).max(axis=2)
+    return dict(L=lse - np.where(np.isfinite(m), m, 0.0))
+
+
+MERGE_MISTAKES = [
+    Mistake("only the first split merged",
+            "O and L must combine every split s = 0 .. splits - 1 of the head, not just split 0.",
+            lambda p, x: _when(p.splits > 1, lambda: dict(O=np.asarray(x["O_part"], np.float64)[:, :, 0],
+                                                          L=_lse(x)[:, :, 0]))),
+    Mistake("partials averaged with equal weights",
+            "split s holds e^{L_s} of the total weight: O = sum_s e^{L_s - L} O_s with L = log sum_s e^{L_s}, "
+            "not the plain mean of the O_s (an empty split weighs nothing, a split with a larger L more).",
+            lambda p, x: _when(p.splits > 1, lambda: dict(O=np.asarray(x["O_part"], np.float64).mean(axis=2)))),
+    Mistake("weights exp(L_s) without subtracting the max",
+            "e^{L_s} overflows float32 once L_s > 88.7 (inf / inf = NaN) and underflows below -103: take the max "
+            "m = max_s L_s first and use e^{L_s - m}, then L = m + log(sum).",
+            _unshifted),
+    Mistake("running max starts at 0",
+            "start the max over the splits at -INFINITY, not 0: when every L_s is below about -103, e^{L_s - 0} "
+            "underflows to 0 for every split and the entry looks empty.",
+            _max_from_zero_merge),
+    Mistake("an entry with no keys gives NaN",
+            "when every split is empty (L_s = -INFINITY: lengths[b] = 0) the max is -INFINITY too and "
+            "e^{L_s - m} = e^{-inf - (-inf)} = NaN: subtract 0 instead of an infinite max and write O = 0, "
+            "L = -INFINITY for the entry.",
+            _empty_entry_nan),
+    Mistake("merge weights in base 2",
+            "L_part is a natural-log logsumexp: the weight of split s is expf(L_s - m) (or exp2f((L_s - m) * log2(e)), "
+            "not exp2f(L_s - m)), and L = m + logf(l).",
+            _base2_weights),
+    Mistake("L without the max", "L = m + log(l): the sum l of the weights e^{L_s - m} is measured relative to m.",
+            _l_without_max),
+]
+
+
+def _merge_cases(d):
+    return [
+        case("one_split", B=1, H=1, n_q=1, N=32, splits=1, lengths=(32,), d=d, seed=1),
+        case("two_splits", B=1, H=2, n_q=1, N=64, splits=2, lengths=(64,), d=d, seed=2),
+        case("several_queries", B=1, H=1, n_q=7, N=90, splits=3, lengths=(90,), d=d, seed=3),
+        case("more_splits_than_keys", B=1, H=2, n_q=2, N=10, splits=16, lengths=(10,), d=d, seed=4),
+        case("lengths_0_1_full", B=3, H=2, n_q=2, N=70, splits=4, lengths=(70, 1, 0), d=d, seed=5),
+        case("large_logits", B=1, H=2, n_q=3, N=80, splits=4, lengths=(80,), spread=60.0, d=d, seed=6),
+        case("max_in_last_split", B=1, H=1, n_q=2, N=120, splits=3, lengths=(120,), late_peak=30.0, d=d, seed=7),
+        case("scores_below_minus_87", B=1, H=1, n_q=2, N=60, splits=3, lengths=(60,), negative=150.0, d=d, seed=8),
+        hidden("sizes_odd", B=2, H=3, n_q=5, N=133, splits=5, lengths=(133, 77), d=d),
+        hidden("sixteen_queries_many_splits", B=2, H=1, n_q=16, N=200, splits=9, lengths=(0, 150), spread=30.0, d=d),
+        hidden("peak_custom_scale", B=1, H=2, n_q=4, N=100, splits=6, lengths=(100,), scale=0.2, late_peak=40.0,
+               d=d),
+    ]
+
+
+for _d in (64, 128):
+    exercise(
+        id=f"decode_merge_d{_d}",
+        module=MODULE,
+        kernel="decode_merge",
+        signature="decode_merge(const float* O_part, const float* L_part, __half* O, float* L, int n_q, int splits)",
+        launch_shape=f"compiled with -DHEAD_DIM={_d}; grid = (H, B), block = {MERGE_THREADS}: block (h, b) merges the "
+        "splits of head (b, h) for all n_q queries: O [B, H, n_q, d] half and L [B, H, n_q] float from O_part "
+        "[B, H, splits, n_q, d] and L_part [B, H, splits, n_q] (float, natural-log; an empty split has "
+        "L_s = -INFINITY); an entry whose splits are all empty gets O = 0 and L = -INFINITY",
+        make_inputs=_merge_inputs,
+        outputs=dict(O=lambda p: ((p.B, p.H, p.n_q, p.d), F16), L=lambda p: ((p.B, p.H, p.n_q), F32)),
+        reference=_merge_ref,
+        args=lambda p, a: (a.O_part, a.L_part, a.O, a.L, np.int32(p.n_q), np.int32(p.splits)),
+        grid=lambda p: (p.H, p.B),
+        block=lambda p: MERGE_THREADS,
+        options=(f"-DHEAD_DIM={_d}",),
+        cases=_merge_cases(_d),
+        magnitude=_merge_magnitude,
+        mistakes=MERGE_MISTAKES,
+    )

@@ -1,6 +1,0 @@
-// expect: OutOfBoundsError
-extern "C" __global__ void row_scale(const float* x, const float* s, float* y, int rows, int cols) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    int r = blockIdx.y * blockDim.y + threadIdx.y;
-    if (c < cols) y[r * cols + c] = s[r] * x[r * cols + c];
-}
