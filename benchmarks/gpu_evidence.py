@@ -28,7 +28,11 @@ from grader.course import solution_source
 from grader.kernel import RawKernel
 from grader.wrong_corpus import wrong_kernels
 
-EMULATOR_ONLY = ("OutOfBoundsError", "BarrierError", "KernelTimeoutError", "race", "KernelAssertionError")
+# Diagnoses only the emulator can make: its faults, and what its tracing measures (bytes per array,
+# shared-memory wavefronts, cp.async bookkeeping); on a GPU such a kernel may compute the right numbers.
+EMULATOR_ONLY = ("OutOfBoundsError", "BarrierError", "KernelTimeoutError", "race", "KernelAssertionError",
+                 "bytes that loading each needed tile", "the bytes of K and V", "wavefronts per shared",
+                 "in flight", "cp_async_wait", "__syncthreads() must follow", "no array argument of the launch")
 SEED = 20261122
 
 

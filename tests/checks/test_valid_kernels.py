@@ -1,0 +1,24 @@
+"""Correct kernels in other styles than the solutions (tests/valid/) pass their checks, grading
+cases included, whatever the seed: the checks judge results, not the solution's style."""
+from pathlib import Path
+
+import pytest
+
+from grader.checks import REGISTRY, get_exercise, run_check
+
+VALID = Path(__file__).resolve().parents[1] / "valid"
+KERNELS = sorted(VALID.glob("*/*.cu"))
+SEEDS = (1, 77, 20261124)
+
+
+def test_every_valid_folder_names_an_exercise():
+    get_exercise("vector_add")  # registers every module's exercises
+    assert KERNELS
+    assert not [p.parent.name for p in KERNELS if p.parent.name not in REGISTRY]
+
+
+@pytest.mark.parametrize("path", KERNELS, ids=[f"{p.parent.name}/{p.stem}" for p in KERNELS])
+def test_valid_kernel_passes_with_fresh_seeds(path):
+    for seed in SEEDS:
+        result = run_check(path.parent.name, path.read_text(), include_hidden=True, seed=seed)
+        assert result.passed, f"seed {seed}: {result.first_failure.message}"
