@@ -47,7 +47,7 @@ from .backend import backend as active_backend
 from .errors import BackendUnavailableError, CourseError, KernelFault, KernelTimeoutError, RaceConditionError
 # The vocabulary exercises are declared in lives in exercise_rows; re-exported here because
 # exercise modules may import it from grader.checks.
-from .exercise_rows import REGISTRY, Case, Exercise, Mistake, case, exercise, hidden  # noqa: F401
+from .exercise_rows import REGISTRY, TRITON_REGISTRY, Case, Exercise, Mistake, case, exercise, hidden  # noqa: F401
 
 # |got - expected| <= atol + rtol * |expected|, by output dtype and backend. The emulator runs
 # IEEE float32 without FMA contraction; GPUs contract to FMA and use approximate __expf, so
@@ -71,8 +71,10 @@ CHECK_TIME_LIMIT = 8.0
 def get_exercise(exercise_id: str) -> Exercise:
     from . import exercises  # noqa: F401  (declares every module's exercises)
 
+    if exercise_id in TRITON_REGISTRY:
+        return TRITON_REGISTRY[exercise_id]
     if exercise_id not in REGISTRY:
-        raise CourseError(f"no exercise named {exercise_id!r}. Known: {', '.join(sorted(REGISTRY))}")
+        raise CourseError(f"no exercise named {exercise_id!r}. Known: {', '.join(sorted(REGISTRY | TRITON_REGISTRY))}")
     return REGISTRY[exercise_id]
 
 
@@ -275,8 +277,10 @@ def _source_of(kernel) -> str:
     if isinstance(kernel, str):
         return kernel
     code = getattr(kernel, "code", None)
+    if code is None and type(kernel).__name__ == "TritonProgram":
+        code = kernel.source
     if not isinstance(code, str):
-        raise CourseError("check(exercise, kernel): pass the kernel made by %%cuda (or its source string)")
+        raise CourseError("check(exercise, kernel): pass the kernel made by %%cuda or %%triton (or its source string)")
     return str(code)
 
 
@@ -444,7 +448,11 @@ def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool 
     ``exercise_id`` may be an exercise row itself: a variant not in the registry (the autotuner's)."""
     from .kernel import RawKernel
 
-    ex = exercise_id if isinstance(exercise_id, Exercise) else get_exercise(exercise_id)
+    ex = exercise_id if not isinstance(exercise_id, str) else get_exercise(exercise_id)
+    if getattr(ex, "kind", "cuda") == "triton":
+        from .triton_checks import run_triton_check
+
+        return run_triton_check(ex, source, include_hidden=include_hidden, backend=backend, seed=seed)
     be = backend or active_backend()
     cases = ex.cases if include_hidden else ex.visible_cases()
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAGIC = "%%cuda"
+TRITON_MAGIC = "%%triton"
 
 
 def notebook_of(module: str, folder: str = "notebooks", root: Path = ROOT) -> Path:
@@ -24,8 +25,9 @@ def modules(root: Path = ROOT) -> list[str]:
     return sorted(p.name for p in (root / "notebooks").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
-def cuda_cells(path: Path) -> dict[str, str]:
-    """``{kernel name: source}`` for every ``%%cuda`` cell of a notebook, magic line removed."""
+def cuda_cells(path: Path, magic: str = MAGIC) -> dict[str, str]:
+    """``{kernel name: source}`` for every ``%%cuda`` cell of a notebook (``magic``: another cell
+    magic, ``%%triton``), magic line removed."""
     nb = json.loads(Path(path).read_text())
     kernels = {}
     for cell in nb["cells"]:
@@ -33,7 +35,7 @@ def cuda_cells(path: Path) -> dict[str, str]:
             continue
         src = "".join(cell["source"])
         first, _, body = src.partition("\n")
-        if first.startswith(MAGIC):
+        if first.split()[:1] == [magic]:
             kernels[first.split()[1]] = body
     return kernels
 
@@ -43,4 +45,5 @@ def solution_source(exercise_id: str, root: Path = ROOT) -> str:
     from .checks import get_exercise
 
     ex = get_exercise(exercise_id)
-    return cuda_cells(notebook_of(ex.module, root=root))[ex.kernel]
+    magic = TRITON_MAGIC if getattr(ex, "kind", "cuda") == "triton" else MAGIC
+    return cuda_cells(notebook_of(ex.module, root=root), magic)[ex.kernel]

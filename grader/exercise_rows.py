@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Case", "Exercise", "Mistake", "REGISTRY", "case", "exercise", "hidden"]
+__all__ = ["Case", "Exercise", "Mistake", "REGISTRY", "TRITON_REGISTRY", "TritonExercise", "case", "exercise", "hidden",
+           "triton_exercise"]
 
 
 @dataclass(frozen=True)
@@ -97,4 +98,47 @@ def exercise(**kwargs) -> Exercise:
     if ex.id in REGISTRY:
         raise ValueError(f"exercise {ex.id!r} declared twice")
     REGISTRY[ex.id] = ex
+    return ex
+
+
+@dataclass
+class TritonExercise:
+    """An exercise whose answer is a ``%%triton NAME`` cell: Triton kernels and a launcher
+    ``NAME(*tensors, *numbers)`` that the check calls with torch tensors on the device Triton runs
+    on (CPU tensors in the interpreter). Outputs come preallocated and poisoned, as for CUDA."""
+    id: str
+    module: str
+    kernel: str  # the launcher's name (the %%triton line's NAME)
+    signature: str
+    launch_shape: str  # what the launcher is given and must launch, in words
+    make_inputs: Callable  # (p, rng) -> dict name -> host array (float16, or bfloat16 bits as uint16)
+    outputs: dict  # name -> (p -> (shape, dtype))
+    reference: Callable  # (p, inputs) -> dict name -> float64 array
+    args: Callable  # (p, tensors: SimpleNamespace) -> the launcher's arguments in order
+    cases: list
+    mistakes: list = field(default_factory=list)
+    magnitude: Callable | None = None
+    tolerance: dict = field(default_factory=dict)
+    # input name -> (p -> axes order): the tensor handed over is a transposed *view* of storage laid
+    # out in that order (e.g. Q stored [B, N, H, d], passed as [B, H, N, d]): a launcher must use strides
+    views: Callable | None = None
+    # (macs, p) -> None or why: the multiply-adds tl.dot did (interpreter only), judged on work_case
+    work_check: Callable | None = None
+    work_case: str | None = None
+    fixed_params: tuple = ()  # parameters the grading worker must not redraw (power-of-two block dims)
+    time_limit: float = 60.0  # seconds per case in the interpreter
+    kind: str = "triton"
+
+    def visible_cases(self):
+        return [c for c in self.cases if not c.hidden]
+
+
+TRITON_REGISTRY: dict[str, TritonExercise] = {}
+
+
+def triton_exercise(**kwargs) -> TritonExercise:
+    ex = TritonExercise(**kwargs)
+    if ex.id in REGISTRY or ex.id in TRITON_REGISTRY:
+        raise ValueError(f"exercise {ex.id!r} declared twice")
+    TRITON_REGISTRY[ex.id] = ex
     return ex

@@ -1,7 +1,8 @@
 """The ``%%cuda NAME`` cell magic and clean error display in notebooks.
 
 ``%%cuda vector_add`` compiles the cell on the active backend and binds ``vector_add`` to a
-:class:`grader.RawKernel` (which keeps the source for the checks). Options after the name are
+:class:`grader.RawKernel` (which keeps the source for the checks). ``%%triton flash_forward``
+loads a Triton cell the same way (module 12). Options after the name are
 passed to the compiler: ``%%cuda matmul_tiled -DTILE=16``. Course errors (compile errors,
 wrong arguments, out-of-bounds accesses...) show as their message, not a wall of traceback.
 """
@@ -40,8 +41,25 @@ def cuda(line: str, cell: str):
     kernel.compile()
 
 
+def triton(line: str, cell: str):
+    """``%%triton NAME``: import the cell as a fresh module (Triton's interpreter on a machine without
+    a GPU) and bind ``NAME`` to a :class:`grader.triton_support.TritonProgram` calling its launcher."""
+    from IPython import get_ipython
+
+    from .triton_support import TritonProgram
+
+    words = shlex.split(line)
+    if not words:
+        raise CourseError("usage: %%triton LAUNCHER_NAME; the cell must define a Python function of that name "
+                          "that launches its @triton.jit kernels")
+    program = TritonProgram(cell, words[0])
+    get_ipython().user_ns[words[0]] = program
+    program.load()
+
+
 def load_ipython_extension(ipython) -> None:
     ipython.register_magic_function(cuda, magic_kind="cell", magic_name="cuda")
+    ipython.register_magic_function(triton, magic_kind="cell", magic_name="triton")
     ipython.set_custom_exc((CourseError,), _show_course_error)
 
 

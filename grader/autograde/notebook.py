@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAGIC = "%%cuda"
+MAGICS = ("%%cuda", "%%triton")  # answer cells: CUDA C kernels, and Triton cells (module 12)
 
 
 def _src(cell) -> str:
@@ -110,8 +111,9 @@ def load_layout(root: Path, module: str, release_dir: str = "exercises", source_
             gid = m.get("grade_id")
             if m.get("solution") and cell.get("cell_type") == "code":
                 first = _src(cell).lstrip().split("\n", 1)[0]
-                if first.startswith(MAGIC):
-                    words = shlex.split(first[len(MAGIC):])
+                magic = first.split()[0] if first.split() else ""
+                if magic in MAGICS:
+                    words = shlex.split(first[len(magic):])
                     answers[gid] = AnswerCell(gid, words[0] if words else "", _src(cell))
             elif m.get("grade") and cell.get("cell_type") == "code":
                 parsed = _parse_checks(source_tests.get(gid, _src(cell)))
@@ -129,15 +131,16 @@ def load_layout(root: Path, module: str, release_dir: str = "exercises", source_
 
 
 def split_magic(cell_source: str) -> tuple[str | None, tuple, str]:
-    """(kernel name, options, body) of a ``%%cuda`` cell; (None, (), source) otherwise."""
+    """(kernel name, options, body) of a ``%%cuda`` (or ``%%triton``) cell; (None, (), source) otherwise."""
     text = cell_source.lstrip()
     first, _, body = text.partition("\n")
-    if not first.startswith(MAGIC):
+    magic = first.split()[0] if first.split() else ""
+    if magic not in MAGICS:
         return None, (), cell_source
     try:
-        words = shlex.split(first[len(MAGIC):])
+        words = shlex.split(first[len(magic):])
     except ValueError:
-        words = first[len(MAGIC):].split()
+        words = first[len(magic):].split()
     return (words[0] if words else None), tuple(words[1:]), body
 
 

@@ -67,7 +67,7 @@ def draw_head_dim(v: int, rng: random.Random) -> int:
     return rng.choice(cands) if cands else v
 
 
-def draw_params(params: dict, rng: random.Random) -> dict:
+def draw_params(params: dict, rng: random.Random, keep: tuple = ()) -> dict:
     out = dict(params)
     floors = {}
     for key, dim in INDEX_LISTS.items():
@@ -75,7 +75,7 @@ def draw_params(params: dict, rng: random.Random) -> dict:
             floors[dim] = max(floors.get(dim, 1), max(params[key]) + 1)
     for key in sorted(params):  # sorted: the draw order never depends on declaration order
         v = params[key]
-        if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, bool) or not isinstance(v, int) or key in keep:
             continue
         if key in LENGTH_DIMS:
             out[key] = draw_length(v, rng, floors.get(key, 1))
@@ -94,13 +94,14 @@ def draw_params(params: dict, rng: random.Random) -> dict:
     return out
 
 
-def draw_cases(cases: list, seed: int) -> list:
-    """The exercise's cases with every hidden case's sizes drawn from ``seed``."""
+def draw_cases(cases: list, seed: int, keep: tuple = ()) -> list:
+    """The exercise's cases with every hidden case's sizes drawn from ``seed`` (except the
+    parameters named in ``keep``: a Triton exercise's block dimensions must stay powers of two)."""
     rng = random.Random(seed)
     out = []
     for c in cases:
         if getattr(c, "hidden", False):
-            out.append(dataclasses.replace(c, params=draw_params(c.params, rng)))
+            out.append(dataclasses.replace(c, params=draw_params(c.params, rng, keep)))
         else:
             out.append(c)
     return out

@@ -11,4 +11,5 @@ from . import (  # noqa: F401
     m08_tensor_cores,
     m09_pipelines,
     m10_decoding,
+    m12_triton,
 )

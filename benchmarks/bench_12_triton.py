@@ -1,0 +1,147 @@
+"""Module 12 on a GPU: the Triton solutions checked, then the FA2 forward timed beside PyTorch's SDPA
+(flash backend, the baseline) and cuDNN, at the course's benchmark shape.
+
+    GRADER_BACKEND=gpu python benchmarks/bench_12_triton.py [--out DIR] [--source-dir DIR]
+
+Validate first: every Triton exercise's solution (read from notebooks/12_triton, or from
+``--source-dir`` files named ``<launcher>.py``) runs its check on the GPU, then each configuration
+(fp16/bf16 x d 64/128 x causal or not, B=4, H=16, S=4096) is compared with SDPA's output and
+timed with CUDA events (warm-up, which also runs Triton's autotuner, then the median of several
+batches). Writes ``triton.json`` (a ``bench`` list in the record format of gpu_evidence.json,
+``kernel`` = ``triton_flash_fwd``) and ``triton.txt`` (the table) to ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHAPE = dict(B=4, H=16, S=4096)
+EXERCISES = ("triton_softmax", "triton_flash_forward", "triton_flash_forward_causal")
+
+
+def sources(source_dir: str | None) -> dict:
+    from grader.checks import get_exercise
+    from grader.course import solution_source
+
+    out = {}
+    for ex_id in EXERCISES:
+        ex = get_exercise(ex_id)
+        out[ex_id] = (Path(source_dir) / f"{ex.kernel}.py").read_text() if source_dir else solution_source(ex_id)
+    return out
+
+
+def time_ms(torch, fn, batches=7, per_batch=10) -> tuple[float, list]:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    medians = []
+    for _ in range(batches):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(per_batch):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        medians.append(start.elapsed_time(end) / per_batch)
+    return statistics.median(medians), medians
+
+
+def sdpa(torch, backend, q, k, v, causal):
+    from torch.nn.attention import sdpa_kernel
+
+    F = torch.nn.functional
+
+    def run():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    try:
+        run()
+    except RuntimeError as err:
+        return None, str(err).splitlines()[0]
+    return run, None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--source-dir", default=None)
+    a = ap.parse_args()
+    os.environ.setdefault("GRADER_BACKEND", "gpu")
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend
+
+    from grader.checks import run_check
+    from grader.triton_support import load_module
+
+    src = sources(a.source_dir)
+    lines, checks = [], {}
+    for ex_id, text in src.items():
+        r = run_check(ex_id, text, include_hidden=True, seed=1234)
+        checks[ex_id] = dict(passed=r.passed, cases=len(r.results))
+        lines.append(r.summary())
+        if not r.passed:
+            lines.append(r.first_failure.message)
+    print("\n".join(lines), flush=True)
+
+    fwd = load_module("\n" + src["triton_flash_forward"], "flash_forward")[0].flash_forward
+    fwd_causal = load_module("\n" + src["triton_flash_forward_causal"], "flash_forward_causal")[0].flash_forward_causal
+    device = torch.cuda.get_device_name()
+    B, H, S = SHAPE["B"], SHAPE["H"], SHAPE["S"]
+    records = []
+    for dtype_name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        for d in (64, 128):
+            for causal in (False, True):
+                g = torch.Generator(device="cuda").manual_seed(0)
+                q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=dtype, generator=g) for _ in range(3))
+                o = torch.empty_like(q)
+                lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+                launcher = fwd_causal if causal else fwd
+                run = lambda: launcher(q, k, v, o, lse, d ** -0.5)  # noqa: E731
+                ms, batches = time_ms(torch, run)
+                flops = 4.0 * B * H * S * S * d / (2 if causal else 1)
+                rec = dict(kernel="triton_flash_fwd", dtype=dtype_name, d=d, causal=causal, B=B, H=H, S=S,
+                           ms=round(ms, 4), tflops=round(flops / ms / 1e9, 1), device=device,
+                           source=a.source_dir or "notebooks/12_triton", triton=triton.__version__, torch=torch.__version__,
+                           repeat_ms=[round(x, 4) for x in batches])
+                flash, why = sdpa(torch, SDPBackend.FLASH_ATTENTION, q, k, v, causal)
+                ref = flash() if flash else None
+                if ref is not None:
+                    rec["max_abs_err_vs_sdpa"] = float((o.float() - ref.float()).abs().max())
+                    b_ms, _ = time_ms(torch, flash)
+                    rec.update(baseline="sdpa_flash", baseline_ms=round(b_ms, 4),
+                               baseline_tflops=round(flops / b_ms / 1e9, 1), ratio=round(b_ms / ms, 3))
+                else:
+                    rec.update(baseline="sdpa_flash", baseline_tflops=None, ratio=None, baseline_refused=why)
+                cudnn, why = sdpa(torch, SDPBackend.CUDNN_ATTENTION, q, k, v, causal)
+                if cudnn:
+                    c_ms, _ = time_ms(torch, cudnn)
+                    rec.update(cudnn_ms=round(c_ms, 4), cudnn_tflops=round(flops / c_ms / 1e9, 1),
+                               cudnn_ratio=round(c_ms / ms, 3))
+                else:
+                    rec["cudnn_refused"] = why
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "GRADER_BACKEND=gpu python benchmarks/bench_12_triton.py" + (f" --source-dir {a.source_dir}" if a.source_dir else "")
+    (out / "triton.json").write_text(json.dumps(dict(device=device, command=command, checks=checks, bench=records),
+                                                indent=1) + "\n")
+    head = f"{'dtype':5} {'d':>4} {'causal':>6} {'ms':>8} {'TFLOP/s':>8} {'SDPA flash':>10} {'ratio':>6} {'cuDNN':>7} {'ratio':>6}"
+    rows = [head] + [f"{r['dtype']:5} {r['d']:>4} {str(r['causal']):>6} {r['ms']:>8.3f} {r['tflops']:>8.1f} "
+                     f"{r.get('baseline_tflops') or 0:>10.1f} {r.get('ratio') or 0:>6.2f} {r.get('cudnn_tflops', 0):>7.1f} "
+                     f"{r.get('cudnn_ratio', 0):>6.2f}" for r in records]
+    (out / "triton.txt").write_text(f"{device}, B={B} H={H} S={S}\n" + "\n".join(rows) + "\n")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""Triton kernels in the course: loading a ``%%triton`` cell, running it, and what the CPU lacks.
+
+A Triton exercise is a Python cell that defines ``@triton.jit`` kernels and a *launcher*, a plain
+function with a fixed name and signature that allocates nothing and launches the kernels on the
+tensors it is given. The checks never use the notebook's objects: they write the cell's source to
+a file of its own and import it as a fresh module (Triton reads a kernel's source through
+``inspect``, so ``exec`` of a string would not do), once per check.
+
+Without a CUDA GPU (or with ``GRADER_BACKEND=cpu``) the same source runs in Triton's interpreter
+(``TRITON_INTERPRET=1``) on CPU tensors. The interpreter has bugs of its own; the ones the course
+meets are worked around here, before any student code runs, so they are never reported as the
+student's mistake:
+
+* ``tl.dot`` on bfloat16 operands multiplies their raw bits (stored as uint16), giving values
+  off by ~1e9 (seen in triton 3.8 and 3.9): the patched dot reads them as the float32 values
+  they hold, which is exact;
+* scalar arithmetic on a bfloat16 tensor raises ``'InterpreterBuilder' object has no attribute
+  'get_bf16'`` in triton 3.8: the missing method is added.
+
+The patched dot also counts the multiply-adds it does (``DOT_WORK``), which is how a causal
+kernel is graded on skipping the key blocks above the diagonal.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import signal
+import sys
+import threading
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import CourseError
+
+INSTALL = "pip install -e '.[triton]'  (Triton and PyTorch; `bash .ci/setup dev` installs them)"
+CELL_FILE_PREFIX = "triton_cell_"
+
+
+class TritonUnavailable(CourseError):
+    """Triton or PyTorch cannot be imported here."""
+
+
+class InterpreterBug(CourseError):
+    """Triton's CPU interpreter failed inside itself on a construct the course allows."""
+
+
+class LaunchTimeout(CourseError):
+    """The launcher ran past its time limit."""
+
+
+def on_gpu() -> bool:
+    """Compile for a real GPU? Only with a CUDA device and the course's GPU backend."""
+    from .backend import backend
+
+    if backend() != "gpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def ensure_mode() -> None:
+    """Choose compiled or interpreted Triton *before* any ``@triton.jit`` runs (the decorator
+    reads ``TRITON_INTERPRET``)."""
+    from .backend import backend
+
+    if backend() != "gpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        # Triton imported before this point set itself up for compiling, and its language builtins
+        # then refuse to run in the interpreter ("Cannot call @triton.jit'd outside of the scope of a
+        # kernel"); it cannot be imported a second time in one process.
+        _TOO_LATE[0] = "triton" in sys.modules
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+_TOO_LATE = [False]
+
+
+def require() -> None:
+    """Import triton and torch (raising :class:`TritonUnavailable` with the install command), in the
+    mode this machine can run, with the interpreter's known bugs patched."""
+    ensure_mode()
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError as err:
+        raise TritonUnavailable(f"this exercise needs Triton and PyTorch ({err.name} is missing): {INSTALL}") from None
+    if _TOO_LATE[0]:
+        raise TritonUnavailable("Triton was imported before the course could switch it to its CPU interpreter: "
+                                "restart the kernel and run the notebook's setup cell first (it imports grader, "
+                                "then triton)")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _patch_interpreter()
+
+
+def device() -> str:
+    return "cuda" if on_gpu() else "cpu"
+
+
+def versions() -> str:
+    import torch
+    import triton
+
+    mode = "compiled for the GPU" if on_gpu() else "interpreted on the CPU"
+    return f"triton {triton.__version__}, torch {torch.__version__}, {mode}"
+
+
+# --------------------------------------------------------------------------- the interpreter
+
+
+class _DotWork:
+    """Multiply-adds done by ``tl.dot`` in the interpreter since the last :meth:`reset`."""
+
+    def __init__(self):
+        self.macs = 0
+        self.calls = 0
+
+    def reset(self):
+        self.macs = 0
+        self.calls = 0
+
+
+DOT_WORK = _DotWork()
+_PATCHED = False
+
+
+def _bf16_as_f32(data):
+    import numpy as np
+
+    return (data.astype(np.uint32) << 16).view(np.float32)
+
+
+def _patch_interpreter() -> None:
+    global _PATCHED
+    if _PATCHED:
+        return
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    original_dot = builder.create_dot
+
+    def create_dot(self, a, b, d, *args, **kwargs):
+        a_data, b_data = a.data, b.data
+        DOT_WORK.calls += 1
+        DOT_WORK.macs += int(a_data.shape[-2]) * int(a_data.shape[-1]) * int(b_data.shape[-1])
+        if a_data.dtype == np.uint16 and a.dtype == tl.bfloat16 and b_data.dtype == np.uint16 and b.dtype == tl.bfloat16:
+            out = np.matmul(_bf16_as_f32(a_data), _bf16_as_f32(b_data), dtype=np.float32)
+            return interpreter.TensorHandle((out + d.data).astype(d.data.dtype), d.dtype.scalar)
+        return original_dot(self, a, b, d, *args, **kwargs)
+
+    builder.create_dot = create_dot
+    if not hasattr(builder, "get_bf16") and hasattr(builder, "create_fp_trunc"):
+        builder.get_bf16 = lambda self, value: self.create_fp_trunc(self.get_fp32(value), tl.bfloat16)
+    _PATCHED = True
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The interpreter wraps what a kernel raised in an ``InterpreterError``: the original."""
+    seen = 0
+    while err.__cause__ is not None and seen < 8 and type(err).__name__ == "InterpreterError":
+        err, seen = err.__cause__, seen + 1
+    return err
+
+
+def is_interpreter_bug(err: BaseException) -> bool:
+    """Raised inside Triton's interpreter for want of a builder method (its bug, not the kernel's)."""
+    err = root_cause(err)
+    frames = traceback.extract_tb(err.__traceback__)
+    inside = bool(frames) and "triton/runtime/interpreter" in frames[-1].filename.replace("\\", "/")
+    return inside and isinstance(err, AttributeError) and "InterpreterBuilder" in str(err)
+
+
+REMOVED_API = {
+    "Block pointers have been removed": "tl.make_block_ptr was removed in triton 3.9: load tiles with "
+    "tl.make_tensor_descriptor (desc.load([row, col])) or with pointer arithmetic and masks",
+}
+
+
+# --------------------------------------------------------------------------- loading a cell
+
+
+def cache_dir() -> Path:
+    import tempfile
+
+    base = os.environ.get("GRADER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flash-attention-course")
+    for candidate in (Path(base) / "triton_cells", Path(tempfile.gettempdir()) / f"triton_cells_{os.getuid()}"):
+        try:  # the clean regrade's sandbox mounts the course cache read-only: its /tmp is private
+            candidate.mkdir(parents=True, exist_ok=True)
+            if os.access(candidate, os.W_OK):
+                return candidate
+        except OSError:
+            continue
+    raise CourseError(f"no writable folder for Triton cells (tried {base} and {tempfile.gettempdir()})")
+
+
+class TritonProgram:
+    """A ``%%triton NAME`` cell: its source and, once loaded, the launcher ``NAME`` it defines.
+    Calling it calls the launcher. ``source`` is what the checks re-load from."""
+
+    def __init__(self, source: str, name: str):
+        self.source = source
+        self.name = name
+        self.module = None
+        self.path = None
+
+    def load(self) -> "TritonProgram":
+        # "\n": the %%triton line is line 1, so error line numbers match the editor's
+        self.module, self.path = load_module("\n" + self.source, self.name)
+        return self
+
+    @property
+    def launcher(self):
+        if self.module is None:
+            self.load()
+        return getattr(self.module, self.name)
+
+    def __call__(self, *args, **kwargs):
+        return self.launcher(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<Triton cell {self.name!r}: {len(self.source.splitlines())} lines>"
+
+
+_LOADS = [0]
+
+
+def load_module(source: str, name: str):
+    """Import ``source`` as a new module (a fresh namespace every call); return (module, path).
+    Line numbers in errors are the cell's own (the first line of ``source`` is the magic's)."""
+    require()
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    _LOADS[0] += 1
+    mod_name = f"_{CELL_FILE_PREFIX}{digest}_{os.getpid()}_{_LOADS[0]}"
+    path = cache_dir() / f"{CELL_FILE_PREFIX}{digest}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as err:
+        raise CourseError(f"the cell is not valid Python: line {err.lineno}: {err.msg}\n    {(err.text or '').rstrip()}") from None
+    except Exception as err:  # noqa: BLE001  (any error in the student's top-level code)
+        raise CourseError(f"the cell failed while defining its kernels: {student_traceback(err, str(path))}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise CourseError(f"the cell defines no function named {name!r}: the launcher must be a plain Python function "
+                          f"called {name} (the name on the %%triton line)")
+    return module, path
+
+
+def student_traceback(err: BaseException, cell_file: str) -> str:
+    """``Type: message`` and the student's own lines (``line N: code``) in the traceback."""
+    err = root_cause(err)
+    lines = [f"{type(err).__name__}: {err}"]
+    for text, why in REMOVED_API.items():
+        if text in str(err):
+            lines.append(f"    ({why})")
+    for fr in traceback.extract_tb(err.__traceback__):
+        if fr.filename == cell_file:
+            lines.append(f"    line {fr.lineno}: {(fr.line or '').strip()}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- a time limit
+
+
+@contextmanager
+def time_limit(seconds: float | None):
+    """Raise :class:`LaunchTimeout` in the launcher after ``seconds`` (main thread only: the
+    interpreter runs Python, so an alarm interrupts a kernel's endless loop)."""
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise LaunchTimeout(f"the launch ran past {seconds:g} s (an endless loop? a far too large grid?)")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def synchronize() -> None:
+    if "torch" in sys.modules and on_gpu():
+        import torch
+
+        torch.cuda.synchronize()

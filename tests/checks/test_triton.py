@@ -1,0 +1,175 @@
+"""Module 12's Triton checks on the CPU interpreter: wrong kernels fail with the intended diagnosis,
+the interpreter's bugs never reach a student, and the clean regrade grades ``%%triton`` cells.
+
+Wrong kernels are edits of the instructor's solutions (notebooks/12_triton), as data rows:
+(exercise, what the edit does, text replaced, replacement, what the failure must say).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader import triton_support  # noqa: E402
+
+triton_support.ensure_mode()  # before triton's first import: the interpreter on a machine without a GPU
+pytest.importorskip("triton")
+pytest.importorskip("torch")
+
+from grader.checks import run_check  # noqa: E402
+from grader.course import solution_source  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "12_triton"
+FLASH = "triton_flash_forward"
+CAUSAL = "triton_flash_forward_causal"
+
+WRONG = [
+    ("triton_softmax", "tail lanes loaded as 0", 'other=-float("inf")', "other=0.0", "masked columns loaded as 0"),
+    ("triton_softmax", "no max subtracted", "tl.exp(x - tl.max(x, axis=0))", "tl.exp(x)", "max not subtracted"),
+    ("triton_softmax", "strides ignored", "row * sxr + c * sxc", "row * cols + c", "'column_major_input'"),
+    (FLASH, "L left in base 2", "(m_i + tl.log2(l_i)) / 1.4426950408889634", "m_i + tl.log2(l_i)", "L in base 2"),
+    (FLASH, "exp2 on natural-log scores", "scale * LOG2E", "scale", "exp2 without log2(e) folded into the scale"),
+    (FLASH, "tail keys not masked", 's = tl.where(cols[None, :] < N, s, -float("inf"))', "s = s + 0.0",
+     "keys past N not masked"),
+    (FLASH, "accumulator not rescaled", "acc * alpha[:, None]", "acc", "missing rescale of the output accumulator"),
+    (FLASH, "running sum not rescaled", "l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)",
+     "missing rescale of the running sum"),
+    (FLASH, "scale folded into q in half precision", "        s = tl.dot(q, k) * qk_scale",
+     "        s = tl.dot((q * qk_scale).to(q.dtype), k)", "elements of L"),
+    (FLASH, "strides of the [B, N, H, d] view ignored", "rows[:, None] * sqn", "rows[:, None] * D", "'bnhd_layout'"),
+    (CAUSAL, "mask off by one", "cols[None, :] <= rows[:, None]", "cols[None, :] < rows[:, None]",
+     "mask off by one on the diagonal"),
+    (CAUSAL, "diagonal block unmasked", "BLOCK_N, True, True)", "BLOCK_N, True, False)", "diagonal block not masked"),
+    (CAUSAL, "every key block visited, masked", "rows, diag, tl.minimum(diag + BLOCK_M, N), N,", "rows, diag, N, N,",
+     "the values are right, but the work is not"),
+]
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    assert source.count(old) >= 1, f"the solution no longer contains {old!r}"
+    return source.replace(old, new)
+
+
+@pytest.mark.parametrize("exercise,what,old,new,says", WRONG, ids=[f"{w[0]}:{w[1]}" for w in WRONG])
+def test_wrong_kernel_fails_naming_the_mistake(exercise, what, old, new, says):
+    result = run_check(exercise, _edit(solution_source(exercise), old, new), include_hidden=True, seed=3)
+    assert not result.passed, f"{what}: passed"
+    assert says in result.first_failure.message, result.first_failure.message
+
+
+def test_named_mistakes_are_not_hedged_for_the_solutions():
+    for exercise in ("triton_softmax", FLASH, CAUSAL):
+        result = run_check(exercise, solution_source(exercise), include_hidden=True, seed=11)
+        assert result.passed, result.first_failure.message
+    assert "tl.dot work as required" in result.results[-1].message
+
+
+def test_a_stub_says_what_is_missing_with_the_students_line():
+    released = json.loads((ROOT / "exercises" / MODULE / "triton.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in released["cells"] if "".join(c["source"]).startswith("%%triton softmax"))
+    result = run_check("triton_softmax", cell.partition("\n")[2])
+    msg = result.first_failure.message
+    assert "NotImplementedError" in msg and "line " in msg and "raise NotImplementedError()" in msg, msg
+
+
+def test_a_cell_without_the_launcher_is_named():
+    result = run_check(FLASH, "import triton\n\ndef flash_fwd(q, k, v, o, lse, scale):\n    pass\n")
+    assert "defines no function named 'flash_forward'" in result.first_failure.message
+
+
+def test_a_kernel_that_never_ends_is_stopped(monkeypatch):
+    from grader.exercises import m12_triton  # noqa: F401
+    from grader.checks import get_exercise
+
+    src = _edit(solution_source("triton_softmax"), "    row = tl.program_id(0)\n",
+                "    row = tl.program_id(0)\n    while row >= 0:\n        row = row + 0\n")
+    ex = get_exercise("triton_softmax")
+    monkeypatch.setattr(ex, "time_limit", 1.0)
+    result = run_check(ex, src)
+    assert "ran past 1 s" in result.results[0].message
+    assert all("not run" in r.message for r in result.results[1:])
+
+
+def test_bf16_dot_is_exact_in_the_patched_interpreter():
+    triton_support.require()
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def dot(A, B, C, M: tl.constexpr):
+        i = tl.arange(0, M)
+        a = tl.load(A + i[:, None] * M + i[None, :])
+        b = tl.load(B + i[:, None] * M + i[None, :])
+        tl.store(C + i[:, None] * M + i[None, :], tl.dot(a, b))
+
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(16, 16, generator=g).to(torch.bfloat16) for _ in range(2))
+    c = torch.empty(16, 16)
+    triton_support.DOT_WORK.reset()
+    dot[(1,)](a, b, c, M=16)
+    assert np.abs((a.float() @ b.float() - c).numpy()).max() < 1e-5
+    assert triton_support.DOT_WORK.macs == 16 ** 3 and triton_support.DOT_WORK.calls == 1
+
+
+def test_without_triton_the_check_says_what_to_install(monkeypatch):
+    def missing(source, name):
+        raise triton_support.TritonUnavailable(f"this exercise needs Triton and PyTorch (triton is missing): "
+                                               f"{triton_support.INSTALL}")
+
+    monkeypatch.setattr(triton_support, "load_module", missing)
+    result = run_check(FLASH, solution_source(FLASH))
+    assert not result.passed and "pip install -e '.[triton]'" in result.first_failure.message
+    assert "not checked" in result.first_failure.message
+
+
+def test_removed_block_pointers_are_explained():
+    src = _edit(solution_source("triton_softmax"), "    c = tl.arange(0, BLOCK)\n",
+                "    c = tl.arange(0, BLOCK)\n    tl.make_block_ptr(X, (cols,), (sxc,), (0,), (BLOCK,), (0,))\n")
+    import triton
+
+    msg = run_check("triton_softmax", src).first_failure.message
+    if tuple(int(x) for x in triton.__version__.split(".")[:2]) >= (3, 9):
+        assert "tl.make_tensor_descriptor" in msg, msg
+
+
+def test_hidden_shapes_keep_the_head_dimension():
+    from grader.autograde.shapes import draw_cases
+    from grader.checks import get_exercise
+
+    ex = get_exercise(FLASH)
+    drawn = draw_cases(ex.cases, 99, keep=ex.fixed_params)
+    assert [c.params["d"] for c in drawn] == [c.params["d"] for c in ex.cases]
+    assert any(a.params["N"] != b.params["N"] for a, b in zip(drawn, ex.cases) if b.hidden)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the clean regrade's sandbox (bubblewrap) is missing")
+def test_clean_regrade_grades_triton_cells(tmp_path):
+    from grader.autograde import autograde
+    from grader.autograde.sandbox import Limits
+
+    course = tmp_path / "course"
+    for d in (f"exercises/{MODULE}", f"notebooks/{MODULE}"):
+        shutil.copytree(ROOT / d, course / d)
+    shutil.copytree(ROOT / "grader", course / "grader", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    for student, src in (("solved", ROOT / "solutions"), ("blank", ROOT / "exercises")):
+        dest = course / "grading" / "submitted" / student / MODULE
+        dest.mkdir(parents=True)
+        shutil.copy(src / MODULE / "triton.ipynb", dest / "triton.ipynb")
+    half = json.loads((course / "grading/submitted/solved" / MODULE / "triton.ipynb").read_text())
+    blank = json.loads((ROOT / "exercises" / MODULE / "triton.ipynb").read_text())
+    stub = {c["metadata"]["nbgrader"]["grade_id"]: c for c in blank["cells"] if c["metadata"].get("nbgrader")}
+    half["cells"] = [stub["flash_forward_causal_kernel"] if c["metadata"].get("nbgrader", {}).get("grade_id") ==
+                     "flash_forward_causal_kernel" else c for c in half["cells"]]
+    dest = course / "grading" / "submitted" / "half" / MODULE
+    dest.mkdir(parents=True)
+    (dest / "triton.ipynb").write_text(json.dumps(half))
+    out = autograde(MODULE, root=course, workers=2, seed=7, quiet=True, write_notebooks=False,
+                    limits=Limits(wall_s=120, cpu_s=240))
+    scores = {r.student: r.score for r in out["rows"]}
+    assert scores == {"solved": 12.0, "half": 7.0, "blank": 0.0}, out["text"]
