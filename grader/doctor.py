@@ -130,22 +130,46 @@ def _gpu(name: str | None) -> Item:
                     "the extra for its CUDA version)", _pip("-e '.[cuda12]'") + "  (or '.[cuda13]')")
 
 
-def _nbgrader() -> Item:
-    try:
-        import nbgrader
+def _triton() -> Item:
+    """Module 12's Triton cells: read from the installed packages' metadata (importing torch takes
+    seconds)."""
+    found = {p: v for p in ("triton", "torch") if (v := _installed(p))}
+    if len(found) == 2:
+        mode = "compiled for the GPU" if _gpu_ok() else "run by Triton's CPU interpreter"
+        return Item("Triton", OK, f"triton {found['triton']}, torch {found['torch']}: module 12's cells {mode}")
+    missing = ", ".join(p for p in ("triton", "torch") if p not in found)
+    return Item("Triton", ABSENT, f"module 12 (FlashAttention in Triton) cannot run: {missing} not installed",
+                _pip("-e '.[triton]'"))
 
-        return Item("nbgrader", OK, f"nbgrader {nbgrader.__version__} (grading and the %%cuda stubs)")
-    except ImportError:
-        return Item("nbgrader", MISSING, "releasing and grading with nbgrader unavailable", _pip("-e ."))
+
+def _gpu_ok() -> bool:
+    from .backend import gpu_status
+
+    return gpu_status()[0]
+
+
+def _installed(package: str) -> str | None:
+    """The installed version of ``package``, from its metadata (importing nbgrader takes seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def _nbgrader() -> Item:
+    ver = _installed("nbgrader")
+    if ver:
+        return Item("nbgrader", OK, f"nbgrader {ver} (grading and the %%cuda stubs)")
+    return Item("nbgrader", MISSING, "releasing and grading with nbgrader unavailable", _pip("-e ."))
 
 
 def _jupyter() -> Item:
-    try:
-        import jupyterlab
-
-        return Item("JupyterLab", OK, f"jupyterlab {jupyterlab.__version__}")
-    except ImportError:
-        return Item("JupyterLab", MISSING, "the notebooks cannot be opened", _pip("-e ."))
+    ver = _installed("jupyterlab")
+    if ver:
+        return Item("JupyterLab", OK, f"jupyterlab {ver}")
+    return Item("JupyterLab", MISSING, "the notebooks cannot be opened", _pip("-e ."))
 
 
 def _alembic() -> Item:
@@ -183,7 +207,7 @@ def diagnose() -> list[Item]:
     b, name = _backend()
     items.append(b)
     on_cpu = name != "gpu"
-    items += [_gxx(required=on_cpu), _boost(), _clang(required=on_cpu), _nvrtc(), _gpu(name),
+    items += [_gxx(required=on_cpu), _boost(), _clang(required=on_cpu), _nvrtc(), _gpu(name), _triton(),
               _nbgrader(), _jupyter(), _alembic(), _bubblewrap()]
     return items
 

@@ -6,7 +6,7 @@ import sys
 from grader import doctor
 from grader.emulator import _toolchain
 
-NAMES = ("python", "grader", "backend", "g++", "Boost.Context", "clang-16", "NVRTC", "CuPy/GPU",
+NAMES = ("python", "grader", "backend", "g++", "Boost.Context", "clang-16", "NVRTC", "CuPy/GPU", "Triton",
          "nbgrader", "JupyterLab", "alembic on PATH", "bubblewrap")
 
 
@@ -42,3 +42,10 @@ def test_command_line_exit_status():
     assert any(line.split()[:2] == ["ok", "python"] for line in lines)
     required_missing = any(line.startswith("MISSING") for line in lines)
     assert out.returncode == (1 if required_missing else 0), out.stdout
+
+
+def test_missing_triton_names_the_extra(monkeypatch):
+    real = doctor._installed
+    monkeypatch.setattr(doctor, "_installed", lambda name: None if name == "triton" else real(name))
+    item = next(i for i in doctor.diagnose() if i.name == "Triton")
+    assert item.status == doctor.ABSENT and "module 12" in item.detail and "'.[triton]'" in item.fix
