@@ -226,21 +226,33 @@ inline constexpr double __hiloint2double(int hi, int lo) {
 // The traced build: clang copies a 16-byte struct with a memcpy that its load/store tracing does
 // not see, so the IO counts, the race detector and the profiler would miss a float4 or int4 copy.
 // Copying through one 16-byte vector access instead is what the GPU does (ld.v4 / st.v4).
+// The same holds for the 8-byte ones (int2, uint2, float2, short4, ushort4): a copy of one from a
+// local whose pieces clang keeps apart (a struct of two __half2 read as a uint2) would otherwise be
+// traced as two 4-byte accesses, where the GPU does one ld.v2 / st.v2.
 namespace emu_math {
 typedef int whole16 __attribute__((vector_size(16)));
+typedef int whole8 __attribute__((vector_size(8)));
 inline void copy16(void* d, const void* s) { *static_cast<whole16*>(d) = *static_cast<const whole16*>(s); }
+inline void copy8(void* d, const void* s) { *static_cast<whole8*>(d) = *static_cast<const whole8*>(s); }
 }  // namespace emu_math
-#define EMU_COPY16(S)                                                              \
+#define EMU_COPY(S, BYTES)                                                         \
     S() = default;                                                                 \
-    S(const S& o) { ::emu_math::copy16(this, &o); }                                \
-    S& operator=(const S& o) { ::emu_math::copy16(this, &o); return *this; }
+    S(const S& o) { ::emu_math::copy##BYTES(this, &o); }                           \
+    S& operator=(const S& o) { ::emu_math::copy##BYTES(this, &o); return *this; }
+#define EMU_COPY16(S) EMU_COPY(S, 16)
 #define EMU_VEC2_16(N, T) struct alignas(16) N##2 { T x, y; EMU_COPY16(N##2) \
     constexpr N##2(T a, T b = 0) : x(a), y(b) {} };
 #define EMU_VEC4_16(N, T) struct alignas(16) N##4 { T x, y, z, w; EMU_COPY16(N##4) \
     constexpr N##4(T a, T b = 0, T c = 0, T d = 0) : x(a), y(b), z(c), w(d) {} };
+#define EMU_VEC2_8(N, T) struct alignas(8) N##2 { T x, y; EMU_COPY(N##2, 8) \
+    constexpr N##2(T a, T b = 0) : x(a), y(b) {} };
+#define EMU_VEC4_8(N, T) struct alignas(8) N##4 { T x, y, z, w; EMU_COPY(N##4, 8) \
+    constexpr N##4(T a, T b = 0, T c = 0, T d = 0) : x(a), y(b), z(c), w(d) {} };
 #else
 #define EMU_VEC2_16(N, T) struct alignas(16) N##2 { T x, y; };
 #define EMU_VEC4_16(N, T) struct alignas(16) N##4 { T x, y, z, w; };
+#define EMU_VEC2_8(N, T) struct alignas(8) N##2 { T x, y; };
+#define EMU_VEC4_8(N, T) struct alignas(8) N##4 { T x, y, z, w; };
 #endif
 #define EMU_VEC1(N, T) struct N##1 { T x; }; \
     inline constexpr N##1 make_##N##1(T x) { return {x}; }
@@ -254,25 +266,33 @@ inline void copy16(void* d, const void* s) { *static_cast<whole16*>(d) = *static
     inline constexpr N##2 make_##N##2(T x, T y) { return {x, y}; }
 #define EMU_VEC4W(N, T) EMU_VEC4_16(N, T) \
     inline constexpr N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }
+#define EMU_VEC2E(N, T) EMU_VEC2_8(N, T) \
+    inline constexpr N##2 make_##N##2(T x, T y) { return {x, y}; }
+#define EMU_VEC4E(N, T) EMU_VEC4_8(N, T) \
+    inline constexpr N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }
 #define EMU_VEC_ALL(N, T) EMU_VEC1(N, T) EMU_VEC2(N, T) EMU_VEC3(N, T) EMU_VEC4(N, T)
 
-// The 16-byte ones (four 4-byte or two 8-byte members) are EMU_VEC*W: see EMU_COPY16.
+// The 16-byte ones (four 4-byte or two 8-byte members) are EMU_VEC*W, the 8-byte ones EMU_VEC*E:
+// see EMU_COPY16.
 EMU_VEC_ALL(char, signed char)
 EMU_VEC_ALL(uchar, unsigned char)
-EMU_VEC_ALL(short, short)
-EMU_VEC_ALL(ushort, unsigned short)
-EMU_VEC1(int, int) EMU_VEC2(int, int) EMU_VEC3(int, int) EMU_VEC4W(int, int)
-EMU_VEC1(uint, unsigned int) EMU_VEC2(uint, unsigned int) EMU_VEC4W(uint, unsigned int)
+EMU_VEC1(short, short) EMU_VEC2(short, short) EMU_VEC3(short, short) EMU_VEC4E(short, short)
+EMU_VEC1(ushort, unsigned short) EMU_VEC2(ushort, unsigned short) EMU_VEC3(ushort, unsigned short)
+EMU_VEC4E(ushort, unsigned short)
+EMU_VEC1(int, int) EMU_VEC2E(int, int) EMU_VEC3(int, int) EMU_VEC4W(int, int)
+EMU_VEC1(uint, unsigned int) EMU_VEC2E(uint, unsigned int) EMU_VEC4W(uint, unsigned int)
 EMU_VEC1(long, long) EMU_VEC2W(long, long) EMU_VEC3(long, long) EMU_VEC4(long, long)
 EMU_VEC1(ulong, unsigned long) EMU_VEC2W(ulong, unsigned long) EMU_VEC3(ulong, unsigned long) EMU_VEC4(ulong, unsigned long)
 EMU_VEC1(longlong, long long) EMU_VEC2W(longlong, long long) EMU_VEC3(longlong, long long) EMU_VEC4(longlong, long long)
 EMU_VEC1(ulonglong, unsigned long long) EMU_VEC2W(ulonglong, unsigned long long) EMU_VEC3(ulonglong, unsigned long long)
 EMU_VEC4(ulonglong, unsigned long long)
-EMU_VEC1(float, float) EMU_VEC2(float, float) EMU_VEC3(float, float) EMU_VEC4W(float, float)
+EMU_VEC1(float, float) EMU_VEC2E(float, float) EMU_VEC3(float, float) EMU_VEC4W(float, float)
 EMU_VEC1(double, double) EMU_VEC2W(double, double) EMU_VEC3(double, double) EMU_VEC4(double, double)
 #undef EMU_VEC1
 #undef EMU_VEC2
 #undef EMU_VEC3
+#undef EMU_VEC2E
+#undef EMU_VEC4E
 #undef EMU_VEC4
 #undef EMU_VEC_ALL
 #undef EMU_VEC2W
