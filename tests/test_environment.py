@@ -13,8 +13,9 @@ from rattler import MatchSpec
 ROOT = Path(__file__).resolve().parents[1]
 # conda-forge packages with no PyPI counterpart in pyproject (toolchain, not Python deps)
 CONDA_ONLY = {"python", "pip", "cxx-compiler", "libboost-devel"}
-# pyproject extras conda users do not get from environment.yml (GPU / NVRTC wheels)
-PIP_ONLY_EXTRAS = {"cuda12", "cuda13", "nvrtc"}
+# pyproject extras conda users do not get from environment.yml (GPU / NVRTC wheels, module 12's
+# Triton and PyTorch, which conda-forge names differently: the file says how to add them)
+PIP_ONLY_EXTRAS = {"cuda12", "cuda13", "nvrtc", "triton"}
 
 
 def pip_name(req: str) -> str:
