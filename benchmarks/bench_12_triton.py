@@ -1,5 +1,5 @@
-"""Module 12 on a GPU: the Triton solutions checked, then the FA2 forward timed beside PyTorch's SDPA
-(flash backend, the baseline) and cuDNN, at the course's benchmark shape.
+"""Module 12 on a GPU: the Triton solutions checked, then the FA2 forward and backward timed beside
+PyTorch's SDPA (flash backend, the baseline) and cuDNN, at the course's benchmark shape.
 
     GRADER_BACKEND=gpu python benchmarks/bench_12_triton.py [--out DIR] [--source-dir DIR]
 
@@ -7,8 +7,12 @@ Validate first: every Triton exercise's solution (read from notebooks/12_triton,
 ``--source-dir`` files named ``<launcher>.py``) runs its check on the GPU, then each configuration
 (fp16/bf16 x d 64/128 x causal or not, B=4, H=16, S=4096) is compared with SDPA's output and
 timed with CUDA events (warm-up, which also runs Triton's autotuner, then the median of several
-batches). Writes ``triton.json`` (a ``bench`` list in the record format of gpu_evidence.json,
-``kernel`` = ``triton_flash_fwd``) and ``triton.txt`` (the table) to ``--out``.
+batches). The backward (exercise 4, ``flash_backward``: preprocess, dK/dV and dQ kernels) is timed
+for fp16/bf16 x d 64/128, not causal, beside SDPA's backward (``out.backward(dO)`` on the SDPA output,
+flash backend, then cuDNN), its gradients compared with SDPA's; its FLOPs are 2.5x the forward's
+(5 matrix products of the forward's 2 per block). Writes ``triton.json`` (a ``bench`` list in the record
+format of gpu_evidence.json, ``kernel`` = ``triton_flash_fwd`` or ``triton_flash_bwd``) and
+``triton.txt`` (the tables) to ``--out``.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SHAPE = dict(B=4, H=16, S=4096)
-EXERCISES = ("triton_softmax", "triton_flash_forward", "triton_flash_forward_causal")
+EXERCISES = ("triton_softmax", "triton_flash_forward", "triton_flash_forward_causal", "triton_flash_backward")
+BWD_FLOPS = 2.5  # the backward's FLOPs over the forward's: dV, dP, dQ, dK and the recomputed S, against S and PV
 
 
 def sources(source_dir: str | None) -> dict:
@@ -66,6 +71,63 @@ def sdpa(torch, backend, q, k, v, causal):
     except RuntimeError as err:
         return None, str(err).splitlines()[0]
     return run, None
+
+
+def sdpa_backward(torch, backend, q, k, v, do):
+    """(run, grads, None): ``run`` times SDPA's backward alone (the forward is taken once, outside),
+    ``grads`` its (dq, dk, dv); or (None, None, why) where the backend refuses the configuration."""
+    from torch.nn.attention import sdpa_kernel
+
+    F = torch.nn.functional
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    try:
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(*leaves)
+
+        def run():
+            for t in leaves:
+                t.grad = None
+            with sdpa_kernel(backend):
+                out.backward(do, retain_graph=True)
+        run()
+    except RuntimeError as err:
+        return None, None, str(err).splitlines()[0]
+    return run, [t.grad for t in leaves], None
+
+
+def bench_backward(torch, triton, fwd, bwd, dtype_name, dtype, d, device, source) -> dict:
+    """One backward record: ``flash_backward`` on the outputs of the Triton forward, beside SDPA's."""
+    from torch.nn.attention import SDPBackend
+
+    B, H, S = SHAPE["B"], SHAPE["H"], SHAPE["S"]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, do = (torch.randn(B, H, S, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
+    scale = d ** -0.5
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+    fwd(q, k, v, o, lse, scale)
+    dq, dk, dv = (torch.empty(B, H, S, d, device="cuda", dtype=torch.float32) for _ in range(3))
+    ms, batches = time_ms(torch, lambda: bwd(q, k, v, o, lse, do, dq, dk, dv, scale))
+    flops = BWD_FLOPS * 4.0 * B * H * S * S * d
+    rec = dict(kernel="triton_flash_bwd", dtype=dtype_name, d=d, causal=False, B=B, H=H, S=S,
+               ms=round(ms, 4), tflops=round(flops / ms / 1e9, 1), device=device, source=source,
+               triton=triton.__version__, torch=torch.__version__, repeat_ms=[round(x, 4) for x in batches])
+    flash, grads, why = sdpa_backward(torch, SDPBackend.FLASH_ATTENTION, q, k, v, do)
+    if flash is not None:
+        rec["max_abs_err_vs_sdpa"] = {name: float((mine - ref.float()).abs().max())
+                                      for name, mine, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), grads)}
+        b_ms, _ = time_ms(torch, flash)
+        rec.update(baseline="sdpa_flash", baseline_ms=round(b_ms, 4), baseline_tflops=round(flops / b_ms / 1e9, 1),
+                   ratio=round(b_ms / ms, 3))
+    else:
+        rec.update(baseline="sdpa_flash", baseline_tflops=None, ratio=None, baseline_refused=why)
+    cudnn, _, why = sdpa_backward(torch, SDPBackend.CUDNN_ATTENTION, q, k, v, do)
+    if cudnn is not None:
+        c_ms, _ = time_ms(torch, cudnn)
+        rec.update(cudnn_ms=round(c_ms, 4), cudnn_tflops=round(flops / c_ms / 1e9, 1), cudnn_ratio=round(c_ms / ms, 3))
+    else:
+        rec["cudnn_refused"] = why
+    return rec
 
 
 def main() -> None:
@@ -130,15 +192,27 @@ def main() -> None:
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
 
+    bwd = load_module("\n" + src["triton_flash_backward"], "flash_backward")[0].flash_backward
+    for dtype_name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        for d in (64, 128):
+            rec = bench_backward(torch, triton, fwd, bwd, dtype_name, dtype, d, device,
+                                 a.source_dir or "notebooks/12_triton")
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
+            torch.cuda.empty_cache()
+
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "GRADER_BACKEND=gpu python benchmarks/bench_12_triton.py" + (f" --source-dir {a.source_dir}" if a.source_dir else "")
     (out / "triton.json").write_text(json.dumps(dict(device=device, command=command, checks=checks, bench=records),
                                                 indent=1) + "\n")
     head = f"{'dtype':5} {'d':>4} {'causal':>6} {'ms':>8} {'TFLOP/s':>8} {'SDPA flash':>10} {'ratio':>6} {'cuDNN':>7} {'ratio':>6}"
-    rows = [head] + [f"{r['dtype']:5} {r['d']:>4} {str(r['causal']):>6} {r['ms']:>8.3f} {r['tflops']:>8.1f} "
-                     f"{r.get('baseline_tflops') or 0:>10.1f} {r.get('ratio') or 0:>6.2f} {r.get('cudnn_tflops', 0):>7.1f} "
-                     f"{r.get('cudnn_ratio', 0):>6.2f}" for r in records]
+    rows = []
+    for kernel, title in (("triton_flash_fwd", "forward"), ("triton_flash_bwd", f"backward ({BWD_FLOPS:g}x the forward's FLOPs)")):
+        rows += [title, head] + [
+            f"{r['dtype']:5} {r['d']:>4} {str(r['causal']):>6} {r['ms']:>8.3f} {r['tflops']:>8.1f} "
+            f"{r.get('baseline_tflops') or 0:>10.1f} {r.get('ratio') or 0:>6.2f} {r.get('cudnn_tflops', 0):>7.1f} "
+            f"{r.get('cudnn_ratio', 0):>6.2f}" for r in records if r["kernel"] == kernel]
     (out / "triton.txt").write_text(f"{device}, B={B} H={H} S={S}\n" + "\n".join(rows) + "\n")
     print("\n".join(rows))
 

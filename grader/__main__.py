@@ -26,11 +26,11 @@ from pathlib import Path
 
 
 def _list(args) -> int:
-    from .checks import REGISTRY, get_exercise
+    from .checks import REGISTRY, TRITON_REGISTRY, get_exercise
 
     get_exercise("vector_add")  # registers every module's exercises
     module = None
-    for ex in REGISTRY.values():
+    for ex in [*REGISTRY.values(), *TRITON_REGISTRY.values()]:
         if ex.module != module:
             module = ex.module
             print(f"\n{module}")

@@ -7,14 +7,18 @@ strides); the references are the same float64 ones as modules 04-09.
 
 Shapes: ``softmax(x, y)``: x, y [rows, cols] float32. ``flash_forward(q, k, v, o, lse, scale)``
 and ``flash_forward_causal(...)``: q, k, v, o [B, H, N, d] float16 or bfloat16, lse [B, H, N]
-float32 (natural-log logsumexp), d in {64, 128}.
+float32 (natural-log logsumexp), d in {64, 128}. ``flash_backward(q, k, v, o, lse, do, dq, dk, dv,
+scale)`` (the bonus): q, k, v, o, do [B, H, N, d] float16 or bfloat16, lse as the forward's, dq, dk,
+dv [B, H, N, d] float32, judged at the unit roundoff of the inputs' dtype (the products behind them
+take P and dS in half precision); its launcher may allocate scratch (D = rowsum(dO * O)).
 """
 import numpy as np
 
 from .. import reference as ref
 from ..arrays import BF16, bf16_values
 from ..exercise_rows import Mistake, case, hidden, triton_exercise
-from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, qkv, unmasked_tail_mistake
+from ._attention import (backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv,
+                         unmasked_tail_mistake)
 from .m07_memory_and_precision import bf16_bits
 
 MODULE = "12_triton"
@@ -237,3 +241,138 @@ def _flash_exercise(causal):
 
 _flash_exercise(causal=False)
 _flash_exercise(causal=True)
+
+
+# --------------------------------------------------------------------------- 4. the FA2 backward (bonus)
+
+BWD_VIEWS = ("Q", "K", "V", "O", "dO")  # the tensors a [B, N, H, d] case hands over as views
+
+
+def _backward_inputs(p, rng):
+    """Q, K, V and dO drawn and rounded to the case's dtype; O and L from the float64 forward on the
+    rounded values (O rounded to the dtype as a forward would store it, L float32), as module 06."""
+    x = _flash_inputs(p, rng)
+    do = rng.standard_normal((p.B, p.H, p.N, p.d)).astype(F32)
+    x["dO"] = bf16_bits(do) if getattr(p, "dtype", "fp16") == "bf16" else do.astype(F16)
+    o, lse = ref.attention_forward(*(_values(x)[n] for n in "QKV"), scale=_scale(p))
+    x["O"] = bf16_bits(o.astype(F32)) if getattr(p, "dtype", "fp16") == "bf16" else o.astype(F16)
+    x["L"] = lse.astype(F32)
+    return x
+
+
+def _backward_values(x):
+    v = _values(x)
+    v["D"] = ref.backward_preprocess(v["O"], v["dO"])
+    return v
+
+
+def _backward_ref(p, x):
+    v = _values(x)
+    dq, dk, dv = ref.attention_backward(v["Q"], v["K"], v["V"], v["O"], v["L"], v["dO"], scale=_scale(p))
+    return dict(dQ=dq, dK=dk, dV=dv)
+
+
+def _backward_magnitude(p, x):
+    size = backward_magnitude(_backward_values(x), _scale(p))
+    return {n: size[n] for n in ("dQ", "dK", "dV")}
+
+
+def _grads(p, v, *, lse=None, D=None, scale=None, out=None):
+    """dQ, dK, dV the FA2 way in float64, with overrides that reproduce mistakes: ``lse`` and ``D``
+    the values the kernel used, ``scale`` the one in P = exp(scale q.k - L), ``out`` the factors
+    (dQ, dK) that multiply dS K and dS^T Q."""
+    s = _scale(p) if scale is None else scale
+    q, k, vv, do = v["Q"], v["K"], v["V"], v["dO"]
+    L = v["L"] if lse is None else lse
+    D = v["D"] if D is None else D
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = np.exp(s * q @ np.swapaxes(k, -1, -2) - L[..., None])
+        dS = P * (do @ np.swapaxes(vv, -1, -2) - D[..., None])
+        fq, fk = (s, s) if out is None else out
+        return dict(dQ=fq * dS @ k, dK=fk * np.swapaxes(dS, -1, -2) @ q, dV=np.swapaxes(P, -1, -2) @ do)
+
+
+def _on_backward_values(fn):
+    return lambda p, x: fn(p, _backward_values(x))
+
+
+def _backward_mistakes():
+    sc = _scale
+    return [Mistake(name, explain, _on_backward_values(fn)) for name, explain, fn in [
+        ("D computed from dO and V instead of dO and O",
+         "D_i = rowsum(dO_i * O_i), the row of the forward's output O (one number per query row, the "
+         "preprocess kernel): not of V.",
+         lambda p, v: _grads(p, v, D=(v["dO"] * v["V"]).sum(-1))),
+        ("dS without the D term (no preprocess)",
+         "dS = P * (dP - D) with D = rowsum(dO * O), computed before the main kernels (the preprocess "
+         "kernel); it comes from the softmax's normalisation.",
+         lambda p, v: _grads(p, v, D=np.zeros_like(v["D"]))),
+        ("P from the natural-log L in base 2",
+         "the scores are in base 2 (s * scale * log2(e)), L is the forward's natural-log logsumexp: "
+         "P = exp2(s * scale * log2(e) - L * log2(e)); exp2(... - L) mixes the two bases.",
+         lambda p, v: _grads(p, v, lse=v["L"] * np.log(2.0))),
+        ("P recomputed without L", "P = exp(scale * q.k - L) with the row's saved logsumexp L; exp(scale * q.k) "
+         "alone is not normalised.", lambda p, v: _grads(p, v, lse=np.zeros_like(v["L"]))),
+        ("dS without the scale",
+         "S = scale * Q K^T, so the chain rule brings the (natural) scale into both dQ = scale * dS K and "
+         "dK = scale * dS^T Q (not into dV).",
+         lambda p, v: _grads(p, v, out=(1.0, 1.0))),
+        ("dQ missing the scale", "dQ = scale * dS K: the dQ kernel needs the scale as much as dK does.",
+         lambda p, v: _grads(p, v, out=(1.0, sc(p)))),
+        ("dK missing the scale", "dK = scale * dS^T Q: the dK/dV kernel needs the scale as much as dQ does.",
+         lambda p, v: _grads(p, v, out=(sc(p), 1.0))),
+        ("dQ and dK scaled by scale * log2(e)",
+         "log2(e) belongs to the exponent only (exp2 of base-2 scores); dQ and dK take the natural scale: "
+         "pass both scale * log2(e) and scale to the kernels.",
+         lambda p, v: _grads(p, v, out=(sc(p) * np.log2(np.e),) * 2)),
+        ("scale computed from d instead of the scale argument",
+         "use the launcher's `scale` argument (in P and in dQ, dK): the caller may pass any scale.",
+         lambda p, v: _grads(p, v, scale=float(F32(1 / np.sqrt(p.d))), out=(float(F32(1 / np.sqrt(p.d))),) * 2)
+         if not np.isclose(sc(p), 1 / np.sqrt(p.d)) else None),
+    ]]
+
+
+# The gradients are float32, but the products behind them take P and dS rounded to the inputs' dtype (as
+# tl.dot wants): each term carries one rounding of at most the unit roundoff u (2^-11 for float16, 2^-8
+# for bfloat16), so the tolerance is u times the magnitude, which holds the terms' absolute sum (times
+# 1 + R_i). The dtype's own tolerance (4e-3, 2e-2) would be 8x / 5x looser and hide the named mistakes.
+PRODUCT_TOLERANCE = {"fp16": (2.0 ** -11, 2.0 ** -11), "bf16": (2.0 ** -8, 2.0 ** -8)}
+
+BACKWARD_CASES = [
+    case("one_row", seed=21, B=1, H=1, N=1, d=64),
+    case("ragged_tail", seed=22, B=1, H=2, N=77, d=64, scale=0.3),
+    case("d128", seed=23, B=1, H=1, N=130, d=128),
+    case("bf16", seed=24, B=1, H=1, N=150, d=64, dtype="bf16"),
+    case("bnhd_layout", seed=25, B=2, H=2, N=70, d=64, layout="bnhd"),
+    case("large_logits", seed=26, B=1, H=1, N=140, d=64, spread=6.0),
+    case("all_scores_below_minus_87", seed=27, B=1, H=1, N=90, d=64, negative=100.0),
+    hidden("ragged", B=1, H=2, N=201, d=64, layout="bnhd"),
+    hidden("bf16_d128", B=1, H=1, N=129, d=128, dtype="bf16", scale=0.1),
+    hidden("one_row_bf16", B=1, H=1, N=1, d=128, dtype="bf16"),
+    hidden("large_logits", B=1, H=2, N=150, d=64, spread=6.0, scale=0.2),
+]
+
+triton_exercise(
+    id="triton_flash_backward",
+    module=MODULE,
+    kernel="flash_backward",
+    signature="flash_backward(q, k, v, o, lse, do, dq, dk, dv, scale): q, k, v, o, do torch tensors [B, H, N, d] "
+              "(float16 or bfloat16, any strides), lse [B, H, N] float32 (the forward's natural-log logsumexp), scale "
+              "a float; fills dq, dk, dv, torch tensors [B, H, N, d] float32. It may allocate its own scratch "
+              "(D = rowsum(dO * O), [B, H, N] float32)",
+    launch_shape="three launches: the preprocess D = rowsum(dO * O) (grid (triton.cdiv(N, BLOCK_M), B * H)); dK and "
+                 "dV with one program per block of BLOCK_N keys of one head looping over query blocks of BLOCK_M "
+                 "(grid (triton.cdiv(N, BLOCK_N), B * H)); dQ with one program per block of BLOCK_M queries looping "
+                 "over key blocks (grid (triton.cdiv(N, BLOCK_M), B * H)), no atomics; d a tl.constexpr (64 or 128); "
+                 "every tensor's strides passed (q, k, v, o and do may be [B, N, H, d] storage seen as [B, H, N, d])",
+    make_inputs=_backward_inputs,
+    outputs={n: (lambda p: ((p.B, p.H, p.N, p.d), F32)) for n in ("dQ", "dK", "dV")},
+    reference=_backward_ref,
+    args=lambda p, t: (t.Q, t.K, t.V, t.O, t.L, t.dO, t.dQ, t.dK, t.dV, _scale(p)),
+    views=lambda p: {k: BNHD for k in BWD_VIEWS} if getattr(p, "layout", "") == "bnhd" else {},
+    cases=BACKWARD_CASES,
+    mistakes=_backward_mistakes(),
+    magnitude=_backward_magnitude,
+    case_tolerance=lambda p: PRODUCT_TOLERANCE[getattr(p, "dtype", "fp16")],
+    fixed_params=("d",),
+)

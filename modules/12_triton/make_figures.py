@@ -370,8 +370,10 @@ def data() -> dict | None:
 
 
 def _records(d: dict) -> list[dict]:
+    """The forward's records (the backward's, ``triton_flash_bwd``, are not in this table)."""
     order = {"fp16": 0, "bf16": 1}
-    return sorted(d["bench"], key=lambda r: (order.get(r["dtype"], 2), r["d"], r["causal"]))
+    fwd = [r for r in d["bench"] if r.get("kernel", "triton_flash_fwd") == "triton_flash_fwd"]
+    return sorted(fwd, key=lambda r: (order.get(r["dtype"], 2), r["d"], r["causal"]))
 
 
 def _num(x, fmt="{:.1f}") -> str:
@@ -400,6 +402,28 @@ def table_results(d: dict) -> str:
             f"S = {r0['S']}; TFLOP/s = 4·B·H·S²·d / time, halved for causal; ratios are speeds, the other "
             f"kernel's time over Triton's):\n\n![TFLOP/s: Triton, SDPA flash, cuDNN](img/results.png)\n\n"
             + markdown_table(head, rows) + "\n" + summary + "\n")
+
+
+def table_backward(d: dict) -> str | None:
+    """The backward's records (``triton_flash_bwd``), beside SDPA's flash and cuDNN backwards."""
+    order = {"fp16": 0, "bf16": 1}
+    recs = sorted((r for r in d["bench"] if r.get("kernel") == "triton_flash_bwd"),
+                  key=lambda r: (order.get(r["dtype"], 2), r["d"]))
+    if not recs:
+        return None
+    rows = [[r["dtype"], r["d"], _num(r["ms"], "{:.3f}"), _num(r["tflops"]), _num(r.get("baseline_tflops")),
+             _num(r.get("ratio"), "{:.2f}×"), _num(r.get("cudnn_tflops")), _num(r.get("cudnn_ratio"), "{:.2f}×")]
+            for r in recs]
+    head = ["dtype", "d", "Triton ms", "Triton TFLOP/s", "SDPA flash TFLOP/s", "Triton ÷ SDPA flash",
+            "cuDNN TFLOP/s", "Triton ÷ cuDNN"]
+    ratios = [r["ratio"] for r in recs if r.get("ratio") is not None]
+    cudnn = [r["cudnn_ratio"] for r in recs if r.get("cudnn_ratio") is not None]
+    r0 = recs[0]
+    return (f"Non-causal, B = {r0['B']}, H = {r0['H']}, S = {r0['S']}, same machine and run; TFLOP/s counts "
+            "2.5 times the forward's FLOPs (five products of 2·S²·d per head against the forward's two); SDPA's "
+            "time is its backward alone (`out.backward(dO)`):\n\n" + markdown_table(head, rows) + "\n"
+            + f"{min(ratios):.2f}× to {max(ratios):.2f}× SDPA flash's speed, {min(cudnn):.2f}× to {max(cudnn):.2f}× "
+            "cuDNN's.\n")
 
 
 def fig_results(d: dict) -> None:
@@ -439,6 +463,9 @@ def main() -> None:
     if measured is not None:
         fig_results(measured)
         tables["results"] = table_results(measured)
+        backward = table_backward(measured)
+        if backward:
+            tables["backward"] = backward
     write_tables(tables)
 
 

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = "12_triton"
 FLASH = "triton_flash_forward"
 CAUSAL = "triton_flash_forward_causal"
+BACKWARD = "triton_flash_backward"
 
 WRONG = [
     ("triton_softmax", "tail lanes loaded as 0", 'other=-float("inf")', "other=0.0", "masked columns loaded as 0"),
@@ -46,6 +47,27 @@ WRONG = [
     (CAUSAL, "diagonal block unmasked", "BLOCK_N, True, True)", "BLOCK_N, True, False)", "diagonal block not masked"),
     (CAUSAL, "every key block visited, masked", "rows, diag, tl.minimum(diag + BLOCK_M, N), N,", "rows, diag, N, N,",
      "the values are right, but the work is not"),
+    (BACKWARD, "D from dO and V", "](o, do, delta, N, H, *o.stride(),", "](v, do, delta, N, H, *v.stride(),",
+     "D computed from dO and V instead of dO and O"),
+    (BACKWARD, "no preprocess: D = 0", "torch.empty((B, H, N), dtype=torch.float32, device=q.device)  # scratch: D = "
+     "rowsum(dO * O)\n    _bwd_preprocess[(triton.cdiv(N, 64), B * H)](o, do, delta, N, H, *o.stride(), *do.stride(), "
+     "D=D, BLOCK_M=64)\n", "torch.zeros((B, H, N), dtype=torch.float32, device=q.device)\n",
+     "dS without the D term (no preprocess)"),
+    (BACKWARD, "L left in natural log inside exp2", "other=0.0) * 1.4426950408889634", "other=0.0)",
+     "P from the natural-log L in base 2"),
+    (BACKWARD, "L not subtracted", "return tl.load(L + rows * sln, mask=rows < N, other=0.0) * 1.4426950408889634",
+     "return 0.0 * tl.load(L + rows * sln, mask=rows < N, other=0.0)", "P recomputed without L"),
+    (BACKWARD, "no scale on dQ or dK", " * scale, mask=inside)", ", mask=inside)", "dS without the scale"),
+    (BACKWARD, "no scale on dQ", "dq * scale", "dq", "dQ missing the scale"),
+    (BACKWARD, "no scale on dK", "dk * scale", "dk", "dK missing the scale"),
+    (BACKWARD, "dQ and dK scaled by scale * log2(e)", "scales = (scale * LOG2E, scale, N, H)",
+     "scales = (scale * LOG2E, scale * LOG2E, N, H)", "dQ and dK scaled by scale * log2(e)"),
+    (BACKWARD, "scale from d", "scales = (scale * LOG2E, scale, N, H)", "scales = (D ** -0.5 * LOG2E, D ** -0.5, N, H)",
+     "scale computed from d instead of the scale argument"),
+    (BACKWARD, "strides of the [B, N, H, d] view of O ignored", "rows[:, None] * son", "rows[:, None] * D",
+     "'bnhd_layout'"),
+    (BACKWARD, "keys past N not masked in dQ", "p = tl.where(cols[None, :] < N, p, 0.0)", "p = p + 0.0",
+     "'all_scores_below_minus_87'"),
 ]
 
 
@@ -56,13 +78,13 @@ def _edit(source: str, old: str, new: str) -> str:
 
 @pytest.mark.parametrize("exercise,what,old,new,says", WRONG, ids=[f"{w[0]}:{w[1]}" for w in WRONG])
 def test_wrong_kernel_fails_naming_the_mistake(exercise, what, old, new, says):
-    result = run_check(exercise, _edit(solution_source(exercise), old, new), include_hidden=True, seed=3)
+    result = run_check(exercise, _edit(solution_source(exercise), old, new), seed=3)
     assert not result.passed, f"{what}: passed"
     assert says in result.first_failure.message, result.first_failure.message
 
 
 def test_named_mistakes_are_not_hedged_for_the_solutions():
-    for exercise in ("triton_softmax", FLASH, CAUSAL):
+    for exercise in ("triton_softmax", FLASH, BACKWARD, CAUSAL):
         result = run_check(exercise, solution_source(exercise), include_hidden=True, seed=11)
         assert result.passed, result.first_failure.message
     assert "tl.dot work as required" in result.results[-1].message
@@ -114,6 +136,54 @@ def test_bf16_dot_is_exact_in_the_patched_interpreter():
     dot[(1,)](a, b, c, M=16)
     assert np.abs((a.float() @ b.float() - c).numpy()).max() < 1e-5
     assert triton_support.DOT_WORK.macs == 16 ** 3 and triton_support.DOT_WORK.calls == 1
+
+
+def test_bf16_conversion_rounds_to_nearest_in_the_patched_interpreter():
+    """float32 -> bfloat16 (x.to(tl.bfloat16), and a float32 stored through a bfloat16 pointer) rounds to
+    nearest even, as torch and a GPU do; triton 3.9's interpreter rounds towards zero."""
+    triton_support.require()
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def convert(X, Y, Z, M: tl.constexpr):
+        i = tl.arange(0, M)
+        x = tl.load(X + i)
+        tl.store(Y + i, x.to(tl.bfloat16))
+        tl.store(Z + i, x)
+
+    x = torch.tensor([0.99999, 1 - 2 ** -9 + 1e-6, 1 - 2 ** -9 - 1e-6, -0.99999, 3.14159, 1e-30, 3.4e38, 0.0])
+    y, z = (torch.empty(8, dtype=torch.bfloat16) for _ in range(2))
+    convert[(1,)](x, y, z, M=8)
+    want = x.to(torch.bfloat16).view(torch.int16)
+    assert torch.equal(y.view(torch.int16), want) and torch.equal(z.view(torch.int16), want), (y, x.to(torch.bfloat16))
+
+
+def test_bf16_arithmetic_and_reductions_use_values_in_the_patched_interpreter():
+    """Element-wise bf16 arithmetic, sums and maxima compute on the values (triton 3.9's interpreter
+    computed on the uint16 storage: tl.sum(x * y) gave -4e8 for 3.0)."""
+    triton_support.require()
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def reduce(X, Y, OUT, M: tl.constexpr):
+        i = tl.arange(0, M)
+        x = tl.load(X + i)
+        y = tl.load(Y + i)
+        tl.store(OUT + 0, tl.sum(x * y, 0).to(tl.float32))
+        tl.store(OUT + 1, tl.max(x - y, 0).to(tl.float32))
+        tl.store(OUT + 2, tl.min(x * 2.0, 0).to(tl.float32))
+
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(16, generator=g).to(torch.bfloat16) for _ in range(2))
+    out = torch.zeros(3)
+    reduce[(1,)](x, y, out, M=16)
+    xf, yf = x.float(), y.float()
+    want = torch.stack([(xf * yf).sum(), (xf - yf).max(), (xf * 2).min()])
+    assert torch.allclose(out, want, rtol=2 ** -7, atol=2 ** -7), (out, want)
 
 
 def test_without_triton_the_check_says_what_to_install(monkeypatch):
@@ -172,4 +242,5 @@ def test_clean_regrade_grades_triton_cells(tmp_path):
     out = autograde(MODULE, root=course, workers=2, seed=7, quiet=True, write_notebooks=False,
                     limits=Limits(wall_s=120, cpu_s=240))
     scores = {r.student: r.score for r in out["rows"]}
-    assert scores == {"solved": 12.0, "half": 7.0, "blank": 0.0}, out["text"]
+    # 15 points: softmax 2, forward 5, causal 5, backward (bonus) 3; "half" lacks the causal kernel
+    assert scores == {"solved": 15.0, "half": 10.0, "blank": 0.0}, out["text"]
