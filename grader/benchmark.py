@@ -41,6 +41,10 @@ from .errors import BackendUnavailableError, CourseError
 REFUSAL = ("the CPU emulator does not model a GPU's speed, so it cannot benchmark a kernel: "
            "to see the memory traffic your kernel makes, run python -m grader profile {exercise} file.cu")
 
+TRITON_REFUSAL = ("grader bench times CUDA kernels; a Triton cell is timed on a GPU by the look-at-it cell of "
+                  "module 12's notebook, or beside SDPA and cuDNN by `python benchmarks/bench_12_triton.py "
+                  "--source-dir DIR` (DIR holding softmax.py, flash_forward.py, ... named after the launchers)")
+
 RECORD_KEYS = ("kernel", "dtype", "d", "causal", "B", "H", "S", "ms", "tflops", "baseline", "baseline_tflops", "ratio")
 IDENTITY = ("kernel", "dtype", "d", "causal", "B", "H", "S")
 # Shapes that are not attention shapes (matmul, softmax) leave B, H, S or d empty; their own
@@ -686,6 +690,8 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
     from .kernel import RawKernel
 
     be = active_backend()
+    if getattr(get_exercise(exercise), "kind", "cuda") == "triton":
+        raise CourseError(TRITON_REFUSAL)
     if be != "gpu" and not dry_run:
         raise BackendUnavailableError(REFUSAL.format(exercise=exercise))
 
