@@ -244,3 +244,11 @@ def test_clean_regrade_grades_triton_cells(tmp_path):
     scores = {r.student: r.score for r in out["rows"]}
     # 15 points: softmax 2, forward 5, causal 5, backward (bonus) 3; "half" lacks the causal kernel
     assert scores == {"solved": 15.0, "half": 10.0, "blank": 0.0}, out["text"]
+
+
+def test_grader_bench_points_triton_cells_to_their_benchmark():
+    from grader.benchmark import bench
+    from grader.errors import CourseError
+
+    with pytest.raises(CourseError, match="bench_12_triton.py --source-dir"):
+        bench(FLASH, solution_source(FLASH))
