@@ -426,6 +426,41 @@ def table_backward(d: dict) -> str | None:
             "cuDNN's.\n")
 
 
+VARIANTS = ROOT / "benchmarks" / "results" / "triton_variants.json"
+
+
+def table_variants() -> str | None:
+    """Pointer arithmetic, tensor descriptors and warp specialisation, best configuration of each
+    (benchmarks/bench_12_variants.py)."""
+    if not VARIANTS.exists():
+        print(f"skipped the variants table: {VARIANTS.relative_to(ROOT)} does not exist yet")
+        return None
+    d = json.loads(VARIANTS.read_text())
+    names = list(d["configs"][0]["best"])
+
+    def cell(b):
+        if b is None:
+            return "—"
+        return f"{b['tflops']:.0f} ({b['BLOCK_M']}×{b['BLOCK_N']}, {b['num_warps']} warps, {b['num_stages']} stages)"
+
+    rows = [[c["d"], "yes" if c["causal"] else "no"] + [cell(c["best"][n]) for n in names] for c in d["configs"]]
+    failed = {n: sum(1 for c in d["configs"] for r in c["runs"] if r["variant"] == n and "error" in r) for n in names}
+    tried = {n: sum(1 for c in d["configs"] for r in c["runs"] if r["variant"] == n) for n in names}
+    gains = []
+    for c in d["configs"]:
+        ptr, desc = c["best"][names[0]], c["best"][names[1]]
+        if ptr and desc:
+            gains.append(f"{desc['tflops'] / ptr['tflops'] - 1:+.0%} at d = {c['d']}{' causal' if c['causal'] else ''}")
+    s0 = d["shape"]
+    return (f"Best TFLOP/s of each way of addressing the tiles over its configurations ({d['device']}, triton "
+            f"{d['triton']}, fp16, B = {s0['B']}, H = {s0['H']}, S = {s0['S']}; `{d['command']}`; timed with "
+            "`triton.testing.do_bench`, so the numbers are a little above §12's, where the launcher is timed "
+            "in batches beside SDPA):\n\n"
+            + markdown_table(["d", "causal"] + names, rows) + "\n"
+            + "Descriptors against pointers: " + ", ".join(gains) + ". Configurations that did not compile: "
+            + ", ".join(f"{n} {failed[n]} of {tried[n]}" for n in names) + ".\n")
+
+
 def fig_results(d: dict) -> None:
     recs = _records(d)
     labels = [f"{r['dtype']}\nd={r['d']}\n{'causal' if r['causal'] else 'full'}" for r in recs]
@@ -459,6 +494,9 @@ def main() -> None:
     work = counted_work()
     if work is not None:
         tables["causal"] = table_causal(work)
+    variants = table_variants()
+    if variants:
+        tables["variants"] = variants
     measured = data()
     if measured is not None:
         fig_results(measured)
