@@ -68,6 +68,13 @@ def bf16_values(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
 
 
+def bf16_bits(x32) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), rounded to nearest even (NaN stays NaN)."""
+    b = np.asarray(x32, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x32), np.uint16(0x7FFF), rounded)
+
+
 def poison_host(shape, dtype) -> np.ndarray:
     if dtype == BF16:
         return np.full(shape, POISON_BITS[BF16], dtype=np.uint16)

@@ -171,9 +171,14 @@ def _fmt_index(name, idx):
     return f"{name}[{', '.join(str(int(i)) for i in idx)}]"
 
 
+EMULATOR_NAN = ("  On the emulator shared memory also starts as NaN, so reading a tile element no thread stored "
+                "(edges of a partial tile not zero-filled) shows up here.")
+
+
 def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.ndarray, backend: str = "cpu",
-            magnitude=None) -> str | None:
-    """None when ``got`` matches ``want``; otherwise a description of how it differs."""
+            magnitude=None, nan_source: str | None = None) -> str | None:
+    """None when ``got`` matches ``want``; otherwise a description of how it differs. ``nan_source``: where
+    else NaN can come from (default: the emulator's NaN-filled shared memory, on the CPU backend)."""
     rtol, atol = tol
     gotf = got.astype(np.float64)
     ok = _within(gotf, want, rtol, atol, magnitude)
@@ -204,9 +209,8 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.nda
         lines.append(f"  {int(computed_nan.sum())} element(s) are NaN computed by the kernel, the first at {_fmt_index(name, np.argwhere(computed_nan)[0])}.")
         lines.append("  NaN comes from inf - inf, 0 * inf or 0 / 0: e.g. exp(m_old - m_new) when both maxima are "
                      "-INFINITY (no key seen yet, or all masked: subtract 0 instead), or l = 0 for a row with no keys.")
-        if backend == "cpu":
-            lines.append("  On the emulator shared memory also starts as NaN, so reading a tile element no thread "
-                         "stored (edges of a partial tile not zero-filled) shows up here.")
+        if nan_source or backend == "cpu":
+            lines.append(nan_source or EMULATOR_NAN)
     infs = np.isinf(gotf) & np.isfinite(want)
     if infs.any():
         lines.append(f"  {int(infs.sum())} element(s) are +-inf where a finite value was expected, the first at {_fmt_index(name, np.argwhere(infs)[0])}.")

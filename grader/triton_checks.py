@@ -61,6 +61,10 @@ def _storage_bytes(t) -> np.ndarray:
     return _to_host(flat).view(np.uint8)
 
 
+MASKED_LOAD_NAN = ("  A masked tl.load without other= leaves the masked lanes undefined on a GPU (0 in the interpreter): "
+                   "give it other=0.0, or -inf where it feeds a max.")
+
+
 def _case_seed(c, i, base):
     return c.seed if not c.hidden else (base + 7919 * i) % 2**31
 
@@ -154,12 +158,9 @@ def run_case(ex, launcher, cell_file: str, c, seed: int, be: str):
     for name in ex.outputs:
         want = np.asarray(expected[name], dtype=np.float64)
         dtype = _dtype_name(ex, name, p)
-        diff = compare(name, values[name], want, _tolerance(ex, name, dtype, be), never[name], be, mags.get(name))
+        diff = compare(name, values[name], want, _tolerance(ex, name, dtype, be), never[name], be, mags.get(name),
+                       nan_source=MASKED_LOAD_NAN)
         if diff:
-            diff = diff.replace("  On the emulator shared memory also starts as NaN, so reading a tile element no thread "
-                                "stored (edges of a partial tile not zero-filled) shows up here.",
-                                "  A masked tl.load without other= leaves the masked lanes undefined on a GPU (0 in the "
-                                "interpreter): give it other=0.0, or -inf where it feeds a max.")
             hint = (_named_mistake(ex, p, inputs, values, expected, be, mags)
                     or _generic_diagnosis(name, values[name], want, never[name], c.params))
             return CaseResult(c, False, f"case {shown}: {diff}" + (f"\n  Likely mistake: {hint}" if hint else ""))

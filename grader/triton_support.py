@@ -36,6 +36,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+from .arrays import bf16_bits, bf16_values
 from .errors import CourseError
 
 INSTALL = "pip install -e '.[triton]'  (Triton and PyTorch; `bash .ci/setup dev` installs them)"
@@ -129,21 +130,6 @@ DOT_WORK = _DotWork()
 _PATCHED = False
 
 
-def _bf16_as_f32(data):
-    import numpy as np
-
-    return (data.astype(np.uint32) << 16).view(np.float32)
-
-
-def _f32_to_bf16_bits(data):
-    """float32 values -> bfloat16 bits (uint16), rounded to nearest even; NaN stays a (quiet) NaN."""
-    import numpy as np
-
-    b = np.array(data, dtype=np.float32).view(np.uint32).astype(np.uint64)  # a copy: 0-d stays 0-d
-    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(data), (rounded | 0x0040).astype(np.uint16), rounded)
-
-
 def _patch_interpreter() -> None:
     global _PATCHED
     if _PATCHED:
@@ -160,7 +146,7 @@ def _patch_interpreter() -> None:
         DOT_WORK.calls += 1
         DOT_WORK.macs += int(a_data.shape[-2]) * int(a_data.shape[-1]) * int(b_data.shape[-1])
         if a_data.dtype == np.uint16 and a.dtype == tl.bfloat16 and b_data.dtype == np.uint16 and b.dtype == tl.bfloat16:
-            out = np.matmul(_bf16_as_f32(a_data), _bf16_as_f32(b_data), dtype=np.float32)
+            out = np.matmul(bf16_values(a_data), bf16_values(b_data), dtype=np.float32)
             return interpreter.TensorHandle((out + d.data).astype(d.data.dtype), d.dtype.scalar)
         return original_dot(self, a, b, d, *args, **kwargs)
 
@@ -169,7 +155,7 @@ def _patch_interpreter() -> None:
 
     def create_fp_trunc(self, src, dst_type):
         if dst_type.scalar == tl.bfloat16 and src.dtype.scalar == tl.float32:
-            return interpreter.TensorHandle(_f32_to_bf16_bits(src.data), tl.bfloat16)
+            return interpreter.TensorHandle(bf16_bits(src.data), tl.bfloat16)
         return original_trunc(self, src, dst_type)
 
     builder.create_fp_trunc = create_fp_trunc
@@ -192,19 +178,19 @@ def _patch_bf16_arithmetic(interpreter, tl) -> None:
         return h.dtype.scalar == tl.bfloat16 and h.data.dtype == np.uint16
 
     def back(h):
-        return handle(_f32_to_bf16_bits(h.data), tl.bfloat16) if h.data.dtype == np.float32 else h
+        return handle(bf16_bits(h.data), tl.bfloat16) if h.data.dtype == np.float32 else h
 
     binary, unary = builder.binary_op, builder.unary_op
 
     def binary_op(self, lhs, rhs, op):
         if bf16(lhs) and bf16(rhs):
-            return back(binary(self, handle(_bf16_as_f32(lhs.data), tl.float32),
-                               handle(_bf16_as_f32(rhs.data), tl.float32), op))
+            return back(binary(self, handle(bf16_values(lhs.data), tl.float32),
+                               handle(bf16_values(rhs.data), tl.float32), op))
         return binary(self, lhs, rhs, op)
 
     def unary_op(self, arg, op):
         if bf16(arg):
-            return back(unary(self, handle(_bf16_as_f32(arg.data), tl.float32), op))
+            return back(unary(self, handle(bf16_values(arg.data), tl.float32), op))
         return unary(self, arg, op)
 
     builder.binary_op, builder.unary_op = binary_op, unary_op
@@ -215,14 +201,14 @@ def _patch_bf16_arithmetic(interpreter, tl) -> None:
 
     def values(t):  # a bf16 block as float32 values, or None
         h = t.handle
-        return _bf16_as_f32(h.data) if bf16(h) else None
+        return bf16_values(h.data) if bf16(h) else None
 
     def sum_(self, input):
         v = values(input)
         if v is None:
             return total(self, input)
         out = np.asarray(np.sum(v, axis=self.axis, keepdims=self.keep_dims), np.float32)
-        return self.to_tensor(_f32_to_bf16_bits(out), input.dtype)
+        return self.to_tensor(bf16_bits(out), input.dtype)
 
     def min_max(self, input, val_reduce_op, idx_reduce_op=None):
         input = input[0] if isinstance(input, tuple) else input
@@ -232,7 +218,7 @@ def _patch_bf16_arithmetic(interpreter, tl) -> None:
         val = idx = None
         if val_reduce_op:
             out = np.asarray(val_reduce_op(v, axis=self.axis, keepdims=self.keep_dims), np.float32)
-            val = self.to_tensor(_f32_to_bf16_bits(out), input.dtype)
+            val = self.to_tensor(bf16_bits(out), input.dtype)
         if idx_reduce_op:
             idx = self.to_tensor(idx_reduce_op(v, axis=self.axis, keepdims=self.keep_dims), tl.int32)
         if val is not None and idx is not None:

@@ -2,6 +2,7 @@
 import numpy as np
 
 from .. import reference as ref
+from ..arrays import bf16_bits
 from ..checks import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import (OUTPUTS, forward_magnitude, forward_mistakes, log2_l_mistake, qkv, scale_of,
@@ -30,13 +31,6 @@ def _convert_inputs(p, rng):
                             1.0 + 3 * 2.0 ** -8, 3.4028235e38, 1e-40], np.float64)
         x[: special.size] = special[: p.n]
     return dict(x=x.astype(np.float32))
-
-
-def bf16_bits(x32):
-    """float32 -> bfloat16 bits, rounded to nearest even (NaN stays NaN)."""
-    b = np.asarray(x32, np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x32), np.uint16(0x7FFF), rounded)
 
 
 def _convert_ref(p, x):

@@ -9,11 +9,10 @@ import numpy as np
 
 from .. import benchspec
 from .. import reference as ref
-from ..arrays import BF16, bf16_values
+from ..arrays import BF16, bf16_bits, bf16_values
 from ..checks import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import forward_mistakes, forward_with_mask, tile_skipping_io
-from .m07_memory_and_precision import bf16_bits
 
 MODULE = "08_tensor_cores"
 F16, F32 = np.float16, np.float32

@@ -10,11 +10,11 @@ import numpy as np
 
 from .. import autotune, benchspec
 from .. import reference as ref
-from ..arrays import BF16, bf16_values
+from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, tile_skipping_io
-from .m07_memory_and_precision import bank_conflict_check, bf16_bits
+from .m07_memory_and_precision import bank_conflict_check
 from .m08_tensor_cores import C_ROWS, FLASH_MISTAKES, MATMUL_SIGNATURE, _ab, _blocks8_transposed, _c_rows_paired, \
     _first_k_tile, _half_accumulation, _matmul_ref
 

@@ -15,11 +15,10 @@ take P and dS in half precision); its launcher may allocate scratch (D = rowsum(
 import numpy as np
 
 from .. import reference as ref
-from ..arrays import BF16, bf16_values
+from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import Mistake, case, hidden, triton_exercise
 from ._attention import (backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv,
                          unmasked_tail_mistake)
-from .m07_memory_and_precision import bf16_bits
 
 MODULE = "12_triton"
 F16, F32 = np.float16, np.float32

@@ -167,7 +167,7 @@ def fig_bank_profile(prof: dict) -> None:
 
 
 def rounding_errors():
-    from grader.exercises.m07_memory_and_precision import bf16_bits
+    from grader.arrays import bf16_bits
 
     x = np.logspace(-9, 6, 3001).astype(np.float32)
     with np.errstate(over="ignore"):

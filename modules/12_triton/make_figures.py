@@ -139,7 +139,7 @@ def table_strides() -> str:
 
 def _rounded(x: np.ndarray, dtype: str) -> np.ndarray:
     from grader.arrays import bf16_values
-    from grader.exercises.m07_memory_and_precision import bf16_bits
+    from grader.arrays import bf16_bits
 
     x = np.asarray(x, np.float32)
     if dtype == "bf16":

@@ -1,3 +1,4 @@
+// also valid for: flash_fwd_half_d128
 // Each of a row's four threads owns a contiguous quarter of the columns (lane g: columns
 // g * HEAD_DIM / 4 ...) instead of interleaved float4 groups; halves converted one at a time with
 // __half2float / __float2half_rn; K and V staged as plain float rows; the quad's partial dot products

@@ -1,3 +1,4 @@
+// also valid for: tc_flash_fwd_bf16_causal_d64
 // Q's A fragments read straight from global memory into registers (4-byte pairs, zero past N) instead
 // of staged through shared memory and ldmatrix; K and V fragments loaded 8 keys / 8 columns at a time
 // with ldmatrix_x2 / ldmatrix_x2_trans; scores scaled and masked on every tile and exponentiated with

@@ -1,3 +1,4 @@
+// also valid for: tc_flash_fwd_pipe_causal_d64
 // Q's A fragments read straight from global memory into registers (each register is a 4-byte pair
 // of one row, zero past N), so the launch's Q tile goes unused; the K and V buffers of all stages
 // laid out K first, then V; K and V fragments loaded 8 keys / 8 columns at a time with ldmatrix_x2 and
