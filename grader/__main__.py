@@ -5,6 +5,7 @@
     python -m grader check vector_add my.cu --all  grading cases too (fresh random inputs)
     python -m grader compile my.cu                 NVRTC syntax check for sm_80/sm_90, no GPU needed
     python -m grader bench flash_fwd_row my.cu     check, then time on the GPU against PyTorch/cuBLAS
+    python -m grader bench capstone my.cu          module 11's kernel in all 8 configurations vs SDPA flash, cuDNN
         [--shape B=4,H=16,S=4096,d=64] [--dtype fp32] [--reps 10] [--repeats 3] [--json out.json]
     python -m grader tune EXERCISE my.cu           each configuration of the exercise's tuning space checked,
         [--shape B=4,H=16,S=4096,d=64] [--refresh] then timed on the GPU: the fastest, its -D options (cached)
@@ -79,6 +80,9 @@ def _bench(args) -> int:
     from .benchmark import Budget, bench, merge_records
     from .errors import CourseError
 
+    if args.exercise == "capstone":
+        return _bench_capstone(args)
+
     try:
         report = bench(args.exercise, Path(args.file).read_text(), shape=args.shape, dtype=args.dtype,
                        repeats=args.repeats, budget=Budget(min_runs=args.reps, min_ms=args.min_ms),
@@ -92,6 +96,27 @@ def _bench(args) -> int:
     if args.json:
         merge_records(args.json, [report.record()])
         print(f"record written to {args.json} (key 'bench')")
+    return 0
+
+
+def _bench_capstone(args) -> int:
+    from .benchmark import Budget, merge_records
+    from .capstone import bench_capstone, table
+    from .errors import CourseError
+
+    try:
+        seqs = [int(s) for s in args.seqs.split(",")]
+        rows = bench_capstone(Path(args.file).read_text(), seqs=seqs, repeats=args.repeats,
+                              budget=Budget(min_runs=args.reps, min_ms=args.min_ms), baselines=not args.no_baselines)
+    except (CourseError, OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(table(rows))
+    if not all(r.report.check_passed for r in rows):
+        return 1
+    if args.json:
+        merge_records(args.json, [r.report.record() for r in rows])
+        print(f"records written to {args.json} (key 'bench')")
     return 0
 
 
@@ -197,8 +222,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("compile", help="NVRTC compile check for sm_80 and sm_90 (needs the nvrtc extra, no GPU)")
     p.add_argument("file")
     p.set_defaults(run=_compile)
-    p = sub.add_parser("bench", help="check a kernel, then time it on the GPU next to PyTorch/cuBLAS baselines")
-    p.add_argument("exercise")
+    p = sub.add_parser("bench", help="check a kernel, then time it on the GPU next to PyTorch/cuBLAS baselines "
+                       "('capstone': module 11's kernel in all 8 configurations)")
+    p.add_argument("exercise", help="an exercise id, or capstone")
     p.add_argument("file")
     p.add_argument("--shape", help="e.g. B=4,H=16,S=4096,d=64 (unnamed entries keep the defaults)")
     p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="default: the kernel's own")
@@ -206,6 +232,7 @@ def main(argv=None) -> int:
     p.add_argument("--min-ms", type=float, default=200.0, help="and at least this much timed work (default 200)")
     p.add_argument("--repeats", type=int, default=1, help="repeat the whole measurement to see run-to-run spread")
     p.add_argument("--no-baselines", action="store_true", help="time the kernel alone")
+    p.add_argument("--seqs", default="4096", help="capstone only: the sequence lengths S, e.g. 4096,16384,32768")
     p.add_argument("--json", help="merge the result into this JSON file's 'bench' list")
     p.set_defaults(run=_bench)
     p = sub.add_parser("tune", help="compile a kernel for every configuration of its exercise's tuning space, "

@@ -51,6 +51,7 @@ class BenchSpec:
     causal: bool = False
     baseline: str | None = None  # "sdpa", "sdpa_bwd", "cublas", "softmax"
     fixed: tuple = ()  # shape entries the kernel's build fixes at compile time (d of a -DHEAD_DIM build)
+    padded: bool = False  # the kernel takes key_lengths: timed with nothing padded
 
     def params(self, shape: dict) -> SimpleNamespace:
         """The exercise's parameters for a benchmark shape (S becomes N for attention)."""
@@ -59,7 +60,7 @@ class BenchSpec:
             p["N"] = p.pop("S")
         if self.causal:
             p["causal"] = True
-        if self.exercise == "flash_fwd_padded":
+        if self.padded:
             p["lengths"] = (p["N"],) * p["B"]  # nothing padded: the cost of the masking logic itself
         return SimpleNamespace(**p)
 
@@ -80,9 +81,8 @@ def _heads(p):
 
 
 def _fwd_flops(p):
-    if hasattr(p, "lengths"):  # each query sees its batch entry's valid keys
-        return 4.0 * p.H * p.N * p.d * sum(p.lengths)
-    return 4.0 * _heads(p) * p.N * p.N * p.d * (0.5 if getattr(p, "causal", False) else 1.0)
+    keys = sum(p.lengths) if hasattr(p, "lengths") else p.B * p.N  # each query sees its batch entry's valid keys
+    return 4.0 * p.H * p.N * keys * p.d * (0.5 if getattr(p, "causal", False) else 1.0)
 
 
 def _fwd_bytes(p, e):
@@ -99,12 +99,12 @@ def _bwd_bytes(tensors_in, stats_in, tensors_out):
     return lambda p, e: (e * (tensors_in + tensors_out) * _heads(p) * p.N * p.d + STAT * stats_in * _heads(p) * p.N)
 
 
-def forward_spec(exercise: str, d: int | None = None, causal: bool = False) -> BenchSpec:
+def forward_spec(exercise: str, d: int | None = None, causal: bool = False, padded: bool = False) -> BenchSpec:
     """An attention forward timed at the reference shape against SDPA. ``d``: the head dimension
     the kernel is built for (-DHEAD_DIM), None for a kernel that takes d at run time."""
     shape = ATTENTION_SHAPE if d is None else ATTENTION_SHAPE | {"d": d}
     return BenchSpec(exercise, "attention", shape, _fwd_flops, _fwd_bytes, causal=causal, baseline="sdpa",
-                     fixed=() if d is None else ("d",))
+                     fixed=() if d is None else ("d",), padded=padded)
 
 
 def _backward(exercise, flops, bytes_, causal=False, baseline="sdpa_bwd"):
@@ -130,7 +130,7 @@ SPECS: dict[str, BenchSpec] = {s.exercise: s for s in [
     forward_spec("flash_fwd_half_d64", d=64),
     forward_spec("flash_fwd_half_d128", d=128),
     forward_spec("flash_fwd_causal", causal=True),
-    forward_spec("flash_fwd_padded"),
+    forward_spec("flash_fwd_padded", padded=True),
     _backward("flash_bwd_preprocess", lambda p: 2.0 * _heads(p) * p.N * p.d,
               lambda p, e: e * 2 * _heads(p) * p.N * p.d + STAT * _heads(p) * p.N, baseline=None),
     _backward("flash_bwd_dkdv", _bwd_flops(4), _bwd_bytes(4, 2, 2)),  # S, dP, dV, dK

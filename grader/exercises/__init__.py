@@ -11,5 +11,6 @@ from . import (  # noqa: F401
     m08_tensor_cores,
     m09_pipelines,
     m10_decoding,
+    m11_capstone,
     m12_triton,
 )

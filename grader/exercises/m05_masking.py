@@ -98,36 +98,68 @@ def _padded_ref(p, x):
     return _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)), key_lengths=x["key_lengths"]))
 
 
-def _big_negative_leak(p, x):
-    """A mask of -1e30 (not -inf) gives a fully-padded row uniform weights: O = mean of V."""
-    o, _ = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)), key_lengths=x["key_lengths"])
-    empty = np.asarray(x["key_lengths"]) == 0
-    if not empty.any():
-        return None
-    o = o.copy()
-    o[empty] = np.asarray(x["V"], np.float64)[empty].mean(axis=-2, keepdims=True)
-    return dict(O=o)
-
-
 def _lengths_keep(p, lengths):
     """[B, H, 1, N] keep-mask of keys j < lengths[b, h]."""
     return np.arange(p.N)[None, None, None, :] < np.asarray(lengths)[..., None, None]
 
 
-def _queries_masked(p, x):
-    """Every key attended, but rows i >= key_lengths[b] written as O = 0, L = -inf."""
-    if min(p.lengths) >= p.N:
-        return None
-    rows = np.arange(p.N)[None, None, :, None] < np.asarray(x["key_lengths"])[:, None, None, None]
-    return _as_dict(forward_with_mask(x, float(scale_of(p)), np.broadcast_to(rows, (p.B, 1, p.N, p.N))))
+def padding_mistakes(causal=False):
+    """The named diagnoses of a kernel that takes key_lengths (per batch entry), for a causal one
+    too: each wrong answer keeps the causal mask and gets the padding wrong."""
+    def causal_keep(n):
+        return (np.arange(n)[None, :] <= np.arange(n)[:, None])[None, None] if causal else True
 
+    def forward(p, x, lengths):
+        return _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], causal=causal, scale=float(scale_of(p)),
+                                              key_lengths=lengths))
 
-def _lengths_by_head(p, x):
-    """key_lengths indexed by the head (blockIdx.y) instead of the batch entry (blockIdx.z)."""
-    if p.H > p.B:
-        return None
-    by_head = np.broadcast_to(np.asarray(x["key_lengths"])[None, :p.H], (p.B, p.H))
-    return _as_dict(forward_with_mask(x, float(scale_of(p)), _lengths_keep(p, by_head)))
+    def ignored(p, x):
+        return forward(p, x, None) if min(x["key_lengths"]) < p.N else None
+
+    def off_by_one(p, x):
+        return forward(p, x, np.minimum(x["key_lengths"] + 1, p.N)) if min(x["key_lengths"]) < p.N else None
+
+    def big_negative_leak(p, x):
+        """A mask of -1e30 (not -inf) gives a fully-padded row uniform weights over the keys it may
+        otherwise see: O = the mean of those rows of V."""
+        empty = np.asarray(x["key_lengths"]) == 0
+        if not empty.any():
+            return None
+        o = forward(p, x, x["key_lengths"])["O"].copy()
+        v = np.asarray(x["V"], np.float64)[empty]
+        seen = np.arange(1, p.N + 1)[:, None]
+        o[empty] = np.cumsum(v, axis=-2) / seen if causal else v.mean(axis=-2, keepdims=True)
+        return dict(O=o)
+
+    def queries_masked(p, x):
+        """Every key attended, but rows i >= key_lengths[b] written as O = 0, L = -inf."""
+        if min(x["key_lengths"]) >= p.N:
+            return None
+        rows = np.arange(p.N)[None, None, :, None] < np.asarray(x["key_lengths"])[:, None, None, None]
+        keep = np.broadcast_to(rows, (p.B, 1, p.N, p.N)) & causal_keep(p.N)
+        return _as_dict(forward_with_mask(x, float(scale_of(p)), keep))
+
+    def lengths_by_head(p, x):
+        """key_lengths indexed by the head (blockIdx.y) instead of the batch entry (blockIdx.z)."""
+        if p.H > p.B:
+            return None
+        by_head = np.broadcast_to(np.asarray(x["key_lengths"])[None, :p.H], (p.B, p.H))
+        return _as_dict(forward_with_mask(x, float(scale_of(p)), _lengths_keep(p, by_head) & causal_keep(p.N)))
+
+    return [
+        Mistake("key lengths ignored", "keys j >= key_lengths[b] are padding: mask them (score -INFINITY) or skip them.",
+                ignored),
+        Mistake("padding off by one", "key_lengths[b] counts valid keys, so the last valid key is key_lengths[b] - 1: "
+                "keep j < len.", off_by_one),
+        Mistake("a large negative mask leaks into fully-masked rows", "with -1e30 instead of -INFINITY, a row whose keys "
+                "are all padding gets equal weights on every key (O = mean of V). Use -INFINITY, treat l == 0 as "
+                "'no key' and write O = 0, L = -INFINITY.", big_negative_leak),
+        Mistake("queries masked instead of keys", "key_lengths[b] limits the keys every query may see (mask scores "
+                "j >= len), not which queries are computed: a query row past the length still attends to the valid keys.",
+                queries_masked),
+        Mistake("key length of another batch entry", "the batch entry is blockIdx.z (the head is blockIdx.y): "
+                "read key_lengths[blockIdx.z].", lengths_by_head),
+    ]
 
 
 exercise(
@@ -161,21 +193,7 @@ exercise(
     ],
     magnitude=lambda p, x: forward_magnitude(x, float(scale_of(p)), key_lengths=x["key_lengths"]),
     mistakes=[
-        Mistake("key lengths ignored", "keys j >= key_lengths[b] are padding: mask them (score -INFINITY) or skip them.",
-                lambda p, x: _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p))))
-                if min(p.lengths) < p.N else None),
-        Mistake("padding off by one", "key_lengths[b] counts valid keys, so the last valid key is key_lengths[b] - 1: keep j < len.",
-                lambda p, x: _as_dict(ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)),
-                                                            key_lengths=np.minimum(x["key_lengths"] + 1, p.N)))
-                if min(p.lengths) < p.N else None),
-        Mistake("a large negative mask leaks into fully-masked rows", "with -1e30 instead of -INFINITY, a row whose keys "
-                "are all padding gets equal weights on every key (O = mean of V). Use -INFINITY, treat l == 0 as "
-                "'no key' and write O = 0, L = -INFINITY.", _big_negative_leak),
-        Mistake("queries masked instead of keys", "key_lengths[b] limits the keys every query may see (mask scores "
-                "j >= len), not which queries are computed: a query row past the length still attends to the valid keys.",
-                _queries_masked),
-        Mistake("key length of another batch entry", "the batch entry is blockIdx.z (the head is blockIdx.y): "
-                "read key_lengths[blockIdx.z].", _lengths_by_head),
+        *padding_mistakes(),
         *forward_mistakes(Mistake, BC, keep=lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])),
     ],
     race_case="tile_boundaries",

@@ -16,6 +16,20 @@
 // Number of tiles of size b needed to cover n elements: ceil_div(129, 128) == 2.
 __host__ __device__ __forceinline__ int ceil_div(int n, int b) { return (n + b - 1) / b; }
 
+// 2^x in one special-function instruction (ex2.approx.ftz.f32: relative error about 2^-22,
+// subnormal results flushed to 0, fast_exp2(-INFINITY) == 0). exp2f without --use_fast_math adds
+// range handling around the same instruction; softmax never needs subnormal probabilities. The
+// emulator computes exp2f.
+#ifdef __CUDA_EMULATOR__
+__device__ __forceinline__ float fast_exp2(float x) { return exp2f(x); }
+#else
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
 // The performance track's primitives, one spelling on the GPU (inline PTX) and the emulator.
 #include "course_tensor.cuh"  // mma.sync and ldmatrix
 #include "course_async.cuh"   // cp.async and its groups
