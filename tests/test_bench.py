@@ -15,14 +15,6 @@ from grader.errors import BackendUnavailableError, CourseError
 HAS_GPU = grader.gpu_status()[0]
 
 
-@pytest.fixture
-def on_emulator():
-    previous = grader.backend()
-    grader.set_backend("cpu")
-    yield
-    grader.set_backend(previous)
-
-
 def test_bench_refuses_on_the_emulator(on_emulator):
     with pytest.raises(BackendUnavailableError, match=r"does not model .* python -m grader profile flash_fwd_row file\.cu"):
         grader.bench("flash_fwd_row", solution_source("flash_fwd_row"))

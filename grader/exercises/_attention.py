@@ -274,20 +274,25 @@ def row_pairs_mistake(Mistake, br):
 
 
 
-def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False, padded=False):
+def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False, padded=False, causal=None):
     """An ``io_check`` for masked kernels: the other side must be read about once per tile that a
     block needs, not once per tile of the whole sequence. Causal forward (a block owns
     ``rows_per_block`` query rows): K and V tiles of ``bc`` keys up to the block's last row.
     ``backward`` (a block owns key rows): Q and dO tiles of ``bc`` queries from the one holding the
-    block's first key on. ``padded``: K and V tiles up to the batch entry's key length."""
+    block's first key on. ``padded``: K and V tiles up to the batch entry's key length. ``causal``
+    (default: a forward that is not padded) with ``padded``: both limits, the smaller one."""
     names = ("Q", "dO") if backward else ("K", "V")
+    causal = (not padded and not backward) if causal is None else causal
 
     def rows_needed(r0, n, length):
-        if padded:
-            return min(-(-length // bc) * bc, n)
         if backward:
             return n - r0 // bc * bc
-        return min(((min(r0 + rows_per_block, n) - 1) // bc + 1) * bc, n)
+        need = n
+        if padded:
+            need = min(-(-length // bc) * bc, need)
+        if causal:
+            need = min(((min(r0 + rows_per_block, n) - 1) // bc + 1) * bc, need)
+        return need
 
     def check(io, p):
         lengths = getattr(p, "lengths", (p.N,) * p.B)
@@ -296,7 +301,10 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
         read = sum(io.per_array[name][0] for name in names)
         if read <= slack * needed:
             return None
-        if padded:
+        if padded and causal:
+            skip = (f"a block may skip every key tile that is all padding or lies entirely above its last query row: "
+                    f"loop over min(ceil_div(key_lengths[b], {bc}), last_row / {bc} + 1) tiles, not over all of them")
+        elif padded:
             skip = (f"a block may skip every key tile that is all padding: loop over ceil_div(key_lengths[b], {bc}) "
                     "tiles, not over all of them")
         elif backward:

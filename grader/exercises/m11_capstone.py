@@ -25,7 +25,8 @@ MODULE = "11_capstone"
 KERNEL = "capstone_fwd"
 F16, F32 = np.float16, np.float32
 CONFIG = {"WARPS": 4, "WARP_ROWS": 32, "TILE": 64, "STAGES": 2}  # the graded rows' launch
-SPACE = {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (32, 64, 128), "STAGES": (2, 3), "Q_IN_REGS": (0, 1)}
+SPACE = {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (64, 128), "STAGES": (2, 3), "Q_IN_REGS": (0, 1),
+         "LAZY_RESCALE": (0, 1)}
 CONFIGS = [(dtype, d, causal) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
 TUNED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "capstone.json"
 
@@ -33,7 +34,7 @@ TUNED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "capsto
 def excluded(d, cfg):
     """Why a configuration is not worth trying, or None."""
     if cfg.get("Q_IN_REGS") and cfg["WARP_ROWS"] * d > 2048:
-        return (f"Q in registers: {cfg['WARP_ROWS']} rows x {d} would need {cfg['WARP_ROWS'] * d // 32} more registers "
+        return (f"Q in registers: {cfg['WARP_ROWS']} rows x {d} halves are {cfg['WARP_ROWS'] * d // 64} more registers "
                 "per thread beside the accumulator (over 255: spilled)")
     return None
 
@@ -97,6 +98,28 @@ def _causal_mistakes():
     ]
 
 
+def _last_tile_unmasked(tile):
+    """The tile that holds key key_lengths[b] - 1 run without the mask: its keys past the length
+    are attended, and its rows past N (zero-filled K and V) score 0 with a zero value."""
+    def wrong(p, x):
+        lengths = np.asarray(x["key_lengths"])
+        ends = -(-lengths // tile) * tile
+        if np.array_equal(np.minimum(ends, p.N), lengths) and ends.max() <= p.N:
+            return None
+        nk = max(int(ends.max()), p.N)
+        zeros = np.zeros((p.B, p.H, nk - p.N, p.d))
+        grown = {n: np.concatenate([np.asarray(x[n], np.float64), zeros], axis=-2) for n in "KV"}
+        keep = np.arange(nk)[None, :] < ends[:, None]
+        keep = keep[:, None, None, :] & ((np.arange(nk)[None, :] <= np.arange(p.N)[:, None])[None, None]
+                                         if p.causal else True)
+        o, lse = forward_with_mask(dict(Q=x["Q"], **grown), float(scale_of(p)), keep)
+        return dict(O=o, L=lse)
+
+    return Mistake("keys past the length attended up to the end of their tile",
+                   "the tile that holds the last valid key also needs the mask: call attend<true> when "
+                   "key0 + TILE > key_lengths[b], not only for the causal diagonal or the tile that crosses N.", wrong)
+
+
 CASES = [  # the race check runs on the first case: three query blocks, five key tiles, a ragged batch
     case("five_tiles_ragged", B=2, H=1, N=300, lengths=(300, 170), seed=1),
     case("single_query", B=1, H=1, N=1, seed=2),
@@ -127,7 +150,8 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
         tuple(f"-D{k}={v}" for k, v in cfg.items())
     rows_per_block = block_rows(cfg)
     elem = "__nv_bfloat16" if bf16 else "__half"
-    mistakes = [*_causal_mistakes(), *padding_mistakes(causal), *forward_mistakes(Mistake, cfg["TILE"], keep=_keep)]
+    mistakes = [*_causal_mistakes(), *padding_mistakes(causal), _last_tile_unmasked(cfg["TILE"]),
+                 *forward_mistakes(Mistake, cfg["TILE"], keep=_keep)]
     mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]
     row = dict(
         id=ex_id,
@@ -154,7 +178,7 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
         race_check=True,
         race_case="five_tiles_ragged",
         mistakes=mistakes,
-        io_check=tile_skipping_io(rows_per_block, cfg["TILE"], 2, padded=not causal),
+        io_check=tile_skipping_io(rows_per_block, cfg["TILE"], 2, padded=True, causal=causal),
         io_case="five_tiles_ragged",
     )
     ex = exercise(**row) if register else Exercise(**row)
@@ -168,7 +192,7 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
             block=lambda p, c: 32 * c["WARPS"],
             shared_mem=lambda p, c: shared_bytes(d, c),
             exclude=lambda c: excluded(d, c),
-            row_fields=lambda c: {"io_check": tile_skipping_io(block_rows(c), c["TILE"], 2, padded=not causal)},
+            row_fields=lambda c: {"io_check": tile_skipping_io(block_rows(c), c["TILE"], 2, padded=True, causal=causal)},
         ))
     return ex, bench
 

@@ -1,0 +1,71 @@
+"""Module 11: the capstone's builds, its tuning space, `grader bench capstone`, and the committed
+H100 results that the reading and `grader bench capstone` read (benchmarks/results/capstone.json)."""
+import json
+
+import pytest
+
+import grader
+from grader import autotune
+from grader.__main__ import main
+from grader.benchspec import get_spec, parse_shape
+from grader.capstone import bench_capstone, build
+from grader.course import solution_source
+from grader.errors import BackendUnavailableError
+from grader.exercises import m11_capstone as m11
+
+RESULTS = json.loads(m11.TUNED.read_text())
+
+
+def test_bench_capstone_refuses_on_the_emulator_and_says_how_to_check(on_emulator, tmp_path, capsys):
+    path = tmp_path / "mine.cu"
+    path.write_text(solution_source("capstone_fwd_d64"))
+    assert main(["bench", "capstone", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "python -m grader check capstone_fwd_d64 FILE --all" in err
+    with pytest.raises(BackendUnavailableError, match="does not model speed"):
+        bench_capstone(path.read_text())
+
+
+def test_causal_padded_work_counts_half_the_scores_and_the_lengths():
+    spec = get_spec("capstone_fwd_causal_d64")
+    p = spec.params(parse_shape("", spec))
+    assert p.lengths == (4096,) * 4  # timed with nothing padded
+    assert spec.flops(p) == 4 * 4 * 16 * 4096**2 * 64 / 2
+    assert spec.bytes(p, 2) == 2 * 4 * (4 * 16 * 4096 * 64) + 4 * (4 * 16 * 4096) + 4 * 4  # Q, K, V, O; L; lengths
+
+
+def test_the_tuning_space_skips_q_fragments_that_cannot_fit():
+    space = autotune.SPACES["capstone_fwd_d128"]
+    configs = autotune.configurations(space)
+    assert len(configs) == 2 ** 6
+    skipped = [c for c in configs if space.exclude(c)]
+    assert skipped and all(c["Q_IN_REGS"] == 1 and c["WARP_ROWS"] == 32 for c in skipped)
+    assert not any(autotune.SPACES["capstone_fwd_d64"].exclude(c) for c in configs)
+
+
+def test_the_tuned_choices_are_the_fastest_of_the_committed_sweep():
+    tuned = m11.tuned_configs()
+    assert set(tuned) == set(m11.CONFIGS)
+    for (dtype, d, causal), cfg in tuned.items():
+        rows = [r for r in RESULTS["sweep"] if (r["dtype"], r["d"], r["causal"]) == (dtype, d, causal)
+                and r["status"] == "ok"]
+        fastest = min(rows, key=lambda r: r["ms"])
+        assert cfg == {k: fastest[k] for k in m11.SPACE}, (dtype, d, causal)
+
+
+def test_the_committed_records_cover_every_configuration_and_length():
+    records = RESULTS["bench"]
+    seen = {(r["dtype"], r["d"], r["causal"], r["S"]) for r in records}
+    assert seen == {(*c, s) for c in m11.CONFIGS for s in (4096, 16384, 32768)}
+    for r in records:
+        assert r["kernel"] == f"capstone_fwd_d{r['d']}" + ("_causal" if r["causal"] else "")
+        assert r["baseline"].endswith("FLASH_ATTENTION") and r["ratio"] == pytest.approx(
+            r["baseline_ms"] / r["ms"], rel=2e-3)
+
+
+def test_a_tuned_build_rehearses_on_the_emulator(on_emulator):
+    cfg = m11.tuned_configs()[("bf16", 128, True)]
+    ex_id = build("bf16", 128, True, cfg)
+    report = grader.bench(ex_id, solution_source("capstone_fwd_d64"), shape="B=1,H=2,S=130", dry_run=True)
+    assert report.check_passed and report.dtype == "bf16" and report.causal, report.check_message
