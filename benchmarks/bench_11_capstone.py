@@ -9,7 +9,8 @@ backend (the target: at least 1.0x) and cuDNN's. The kernel is read from the ins
 
 Writes DIR/capstone.json: ``tuned`` (the fastest choices per configuration, read by
 ``python -m grader bench capstone`` and module 11's reading), ``sweep`` (every choice tried: time,
-registers, local-memory bytes, or why it was rejected) and ``bench`` (the records; kernel names
+registers, local-memory bytes, or why it was rejected), ``ablation`` (fp16: the kept build with one idea
+taken back at a time, see ABLATIONS) and ``bench`` (the records; kernel names
 ``capstone_fwd_d64[_causal]``, dtype and S are fields). ``--merge`` puts the records into
 results/gpu_evidence.json and copies capstone.json into results/.
 """
@@ -88,12 +89,43 @@ def sweep(source, dtype, d, causal, rows):
     return best[1]
 
 
+# One idea of the kernel taken back at a time, as an edit of the solution (find, replace): the
+# reading's ablation table. Each is timed at the tuned choices of the fp16 configurations.
+ABLATIONS = {
+    "mask code in every tile (one loop body)": (
+        "            attend<false>(Qw, qf, Ks, Ks + TILE * STRIDE, o, m, l, key0, w0, kv_len, scale_log2);",
+        "            attend<true>(Qw, qf, Ks, Ks + TILE * STRIDE, o, m, l, key0, w0, kv_len, scale_log2);"),
+    "exp2f instead of fast_exp2": ("#include <cuda_bf16.h>\n", "#include <cuda_bf16.h>\n#define fast_exp2 exp2f\n"),
+    "__launch_bounds__(32 * WARPS) on the kernel": (
+        'extern "C" __global__ void capstone_fwd(', 'extern "C" __global__ void __launch_bounds__(WARPS * 32) capstone_fwd('),
+}
+
+
+def ablation(source, dtype, d, causal, cfg, kept_tflops):
+    """The kernel with each ABLATIONS edit, timed at this configuration's kept choices."""
+    ex_id = build(dtype, d, causal, cfg)
+    rows = []
+    for what, (find, replace) in ABLATIONS.items():
+        if source.count(find) != 1:
+            raise SystemExit(f"ablation {what!r}: its find text no longer stands once in the solution")
+        report = grader.bench(ex_id, source.replace(find, replace), dtype=dtype, baselines=False,
+                              budget=Budget(min_runs=10, min_ms=150))
+        if not report.check_passed:
+            raise SystemExit(f"ablation {what!r}: {report.check_message}")
+        rows.append(dict(dtype=dtype, d=d, causal=causal, change=what, tflops=benchmark._sig(report.kernel.tflops),
+                         kept_tflops=kept_tflops))
+        print(f"  ablation {dtype} d={d} causal={causal} {what}: {report.kernel.tflops:.4g} TF/s "
+              f"(kept: {kept_tflops})", flush=True)
+    return rows
+
+
 def gpu_main(out: Path, source: str, repeats: int = 3, seqs=SEQS, configs=m11.CONFIGS):
     out.mkdir(parents=True, exist_ok=True)
-    tuned, rows, records = [], [], []
+    tuned, rows, records, ablations = [], [], [], []
 
     def save():
-        (out / "capstone.json").write_text(json.dumps(dict(tuned=tuned, sweep=rows, bench=records), indent=1) + "\n")
+        (out / "capstone.json").write_text(json.dumps(dict(tuned=tuned, sweep=rows, bench=records, ablation=ablations),
+                                                      indent=1) + "\n")
 
     for dtype, d, causal in configs:
         cfg = sweep(source, dtype, d, causal, rows)
@@ -108,6 +140,9 @@ def gpu_main(out: Path, source: str, repeats: int = 3, seqs=SEQS, configs=m11.CO
             print(f"{rec['kernel']:26s} {dtype} S={s:<6d} {rec['ms']:8.4g} ms {rec['tflops']:6.4g} TF/s  "
                   f"x{rec['ratio']} of SDPA flash ({rec['baseline_tflops']} TF/s), cuDNN {rec.get('cudnn_tflops')} "
                   f"TF/s  {cfg}", flush=True)
+        if dtype == "fp16":
+            kept = next(r["tflops"] for r in records if (r["dtype"], r["d"], r["causal"], r["S"]) == (dtype, d, causal, seqs[0]))
+            ablations += ablation(source, dtype, d, causal, cfg, kept)
         save()
 
 
