@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 
@@ -124,9 +125,16 @@ def _tune(args) -> int:
     from .autotune import tune
     from .errors import CourseError
 
+    started = time.monotonic()
+
+    def progress(done, total, row):
+        took = time.monotonic() - started
+        settings = " ".join(f"{k}={v}" for k, v in row.cfg.items())
+        print(f"[{done}/{total}, {took:.0f} s] {settings}: {row.status}", file=sys.stderr, flush=True)
+
     try:
         result = tune(args.exercise, Path(args.file).read_text(), shape=args.shape, dtype=args.dtype,
-                      refresh=args.refresh)
+                      refresh=args.refresh, progress=progress)
     except (CourseError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

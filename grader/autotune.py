@@ -296,14 +296,16 @@ def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared)
 
 
 def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: str | None = None,
-         timer: Callable | None = None, cache: bool = True, refresh: bool = False) -> TuneResult:
+         timer: Callable | None = None, cache: bool = True, refresh: bool = False,
+         progress: Callable | None = None) -> TuneResult:
     """Try every configuration of the exercise's registered space on ``kernel`` (see the module
     docstring) and return one row per configuration and the fastest. ``shape`` (a dict, or
     ``"B=4,S=2048"``) is the benchmark shape, unnamed entries keeping the exercise's defaults;
     ``dtype`` defaults to the kernel's own. ``timer(ex, kernel, p, dtype) -> ms`` replaces the
     GPU timing (:func:`gpu_timer`); without one the emulator only checks. ``cache``: return a
     stored result for the same device, exercise, shape, dtype and build instead of tuning, and
-    store a new one; ``refresh``: tune even when one is stored."""
+    store a new one; ``refresh``: tune even when one is stored. ``progress(done, total, row)`` is
+    called after each configuration (the command line prints a line: a space is minutes of checks)."""
     from .benchmark import REFUSAL, _device_name, _kernel_dtype
     from .benchspec import SPECS, get_spec, parse_shape
     from .checks import get_exercise
@@ -343,8 +345,11 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
     points = [SimpleNamespace(**c.params) for c in ex.visible_cases()] + ([p] if spec is not None or shape else [])
     flops = spec.flops(p) if spec is not None and spec.flops else None
     max_shared = _max_shared_bytes(be)
-    rows = [_try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared)
-            for cfg in configurations(space)]
+    configs, rows = configurations(space), []
+    for cfg in configs:
+        rows.append(_try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared))
+        if progress is not None:
+            progress(len(rows), len(configs), rows[-1])
     note = None if timer is not None else "timing needs a GPU: " + REFUSAL.format(exercise=exercise_id)
     result = TuneResult(exercise_id, device, shape, dtype, ex.options, rows, note=note)
     if cache and result.best is not None:

@@ -2,6 +2,7 @@
 H100 results that the reading and `grader bench capstone` read (benchmarks/results/capstone.json)."""
 import json
 
+import numpy as np
 import pytest
 
 import grader
@@ -69,3 +70,24 @@ def test_a_tuned_build_rehearses_on_the_emulator(on_emulator):
     ex_id = build("bf16", 128, True, cfg)
     report = grader.bench(ex_id, solution_source("capstone_fwd_d64"), shape="B=1,H=2,S=130", dry_run=True)
     assert report.check_passed and report.dtype == "bf16" and report.causal, report.check_message
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("cfg", [m11.CONFIG, dict(WARPS=8, WARP_ROWS=16, TILE=128, STAGES=3)])
+def test_the_tile_walk_with_the_right_mask_attends_exactly_the_visible_keys(causal, cfg):
+    """The model behind the mask mistakes, run with the kernel's own rule, is the reference's mask:
+    every visible key visited, no other key (padding or zero-filled rows past N) kept."""
+    from types import SimpleNamespace
+    from grader.exercises._attention import _keep_mask
+    p = SimpleNamespace(B=3, N=300, causal=causal)
+    lengths = (300, 40, 0)
+    tile = cfg["TILE"]
+
+    def needs(key0, w0, kv_len):
+        return key0 + tile > kv_len or (causal and key0 + tile - 1 > w0)
+
+    keep, nk = m11.tile_walk_keep(p, lengths, cfg, needs,
+                                  lambda at: (at.keys < at.kv_len) & ((at.keys <= at.row) if causal else True))
+    assert nk == -(-300 // tile) * tile and not keep[..., 300:].any()
+    want = np.broadcast_to(_keep_mask(300, causal=causal, key_lengths=np.array(lengths)), (3, 1, 300, 300))
+    assert np.array_equal(keep[..., :300], want)

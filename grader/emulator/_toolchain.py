@@ -47,7 +47,7 @@ GXX_FLAGS = (
 CLANG_FLAGS = (
     "-std=c++20", "-O2", "-fno-builtin", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-finite-loops", "-fno-strict-aliasing",
     "-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-fsanitize=alignment",
-    "-fno-vectorize", "-fno-slp-vectorize", "-fno-color-diagnostics",
+    "-fno-vectorize", "-fno-slp-vectorize", "-mllvm", "-enable-tail-merge=false", "-fno-color-diagnostics",
     "-Wno-unknown-pragmas", "-Wno-unknown-attributes", "-w",
     "-DEMU_COUNT_IO=1",
 )

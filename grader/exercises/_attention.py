@@ -284,20 +284,26 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
     names = ("Q", "dO") if backward else ("K", "V")
     causal = (not padded and not backward) if causal is None else causal
 
-    def rows_needed(r0, n, length):
-        if backward:
-            return n - r0 // bc * bc
-        need = n
-        if padded:
-            need = min(-(-length // bc) * bc, need)
-        if causal:
-            need = min(((min(r0 + rows_per_block, n) - 1) // bc + 1) * bc, need)
-        return need
+    def needed_bytes(p, padded=padded, causal=causal):
+        """The bytes a kernel that skips tiles by these limits reads (the checks' test asks that the
+        io_case tells each limit apart: dropping one must read more than ``slack`` times this)."""
+        lengths = getattr(p, "lengths", (p.N,) * p.B)
+
+        def rows_needed(r0, n, length):
+            if backward:
+                return n - r0 // bc * bc
+            need = n
+            if padded:
+                need = min(-(-length // bc) * bc, need)
+            if causal:
+                need = min(((min(r0 + rows_per_block, n) - 1) // bc + 1) * bc, need)
+            return need
+
+        rows = sum(rows_needed(r0, p.N, lengths[b]) for b in range(p.B) for r0 in range(0, p.N, rows_per_block))
+        return rows * len(names) * p.d * elem_bytes * p.H
 
     def check(io, p):
-        lengths = getattr(p, "lengths", (p.N,) * p.B)
-        needed = sum(rows_needed(r0, p.N, lengths[b]) for b in range(p.B) for r0 in range(0, p.N, rows_per_block))
-        needed *= len(names) * p.d * elem_bytes * p.H
+        needed = needed_bytes(p)
         read = sum(io.per_array[name][0] for name in names)
         if read <= slack * needed:
             return None
@@ -317,4 +323,6 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
                 f"once needs ({read} bytes, {needed} needed). {skip[0].upper() + skip[1:]}; and load each tile once "
                 "per block (into shared memory), not once per thread.")
 
+    check.needed_bytes, check.slack = needed_bytes, slack
+    check.limits = {k: v for k, v in dict(padded=padded, causal=causal).items() if v and not backward}
     return check

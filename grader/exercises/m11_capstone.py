@@ -8,6 +8,7 @@ that decide its speed: -DWARPS (warps per block), -DWARP_ROWS (16 or 32 query ro
 every configuration with the best choices found on the H100 (benchmarks/results/capstone.json).
 """
 import json
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -98,30 +99,94 @@ def _causal_mistakes():
     ]
 
 
-def _last_tile_unmasked(tile):
-    """The tile that holds key key_lengths[b] - 1 run without the mask: its keys past the length
-    are attended, and its rows past N (zero-filled K and V) score 0 with a zero value."""
+def tile_walk_keep(p, lengths, cfg, needs_mask, keep_masked):
+    """Which keys each query row attends when a kernel walks the key tiles as the capstone does, with
+    the choice of masked tiles (``needs_mask(key0, w0, kv_len)``) and the masked path's rule
+    (``keep_masked(at)``, ``at`` holding keys, row, q0, w0, rg, kv_len and N) given, so that a slip in
+    either can be reproduced.
+    A block visits ceil_div(kv_len, TILE) tiles (causal: none past its last row), a warp skips
+    (causal) the tiles whose first key is past its last row, and an unmasked tile attends all its keys,
+    the zero-filled rows past N too (score 0, value 0). Returns (keep [B, 1, N, nk], nk)."""
+    tile, rows, warp_rows = cfg["TILE"], block_rows(cfg), cfg["WARP_ROWS"]
+    nk = max(p.N, -(-p.N // tile) * tile)
+    keep = np.zeros((p.B, 1, p.N, nk), bool)
+    for b, kv_len in enumerate(int(n) for n in lengths):
+        for i in range(p.N):
+            q0 = i // rows * rows
+            w0 = q0 + (i - q0) // warp_rows * warp_rows
+            tiles = -(-kv_len // tile)
+            if p.causal:
+                tiles = min(tiles, -(-(q0 + rows) // tile))
+            for key0 in range(0, tiles * tile, tile):
+                if p.causal and key0 > w0 + warp_rows - 1:
+                    continue
+                at = SimpleNamespace(keys=np.arange(key0, key0 + tile), row=i, q0=q0, w0=w0, rg=(i - w0) // 16,
+                                     kv_len=kv_len, N=p.N)
+                keep[b, 0, i, key0:key0 + tile] = keep_masked(at) if needs_mask(key0, w0, kv_len) else True
+    return keep, nk
+
+
+def _walk_mistake(cfg, name, explain, needs_mask, keep_masked, causal_only=False):
     def wrong(p, x):
-        lengths = np.asarray(x["key_lengths"])
-        ends = -(-lengths // tile) * tile
-        if np.array_equal(np.minimum(ends, p.N), lengths) and ends.max() <= p.N:
+        if causal_only and not p.causal:
             return None
-        nk = max(int(ends.max()), p.N)
+        keep, nk = tile_walk_keep(p, x["key_lengths"], cfg, needs_mask, keep_masked)
         zeros = np.zeros((p.B, p.H, nk - p.N, p.d))
         grown = {n: np.concatenate([np.asarray(x[n], np.float64), zeros], axis=-2) for n in "KV"}
-        keep = np.arange(nk)[None, :] < ends[:, None]
-        keep = keep[:, None, None, :] & ((np.arange(nk)[None, :] <= np.arange(p.N)[:, None])[None, None]
-                                         if p.causal else True)
         o, lse = forward_with_mask(dict(Q=x["Q"], **grown), float(scale_of(p)), keep)
         return dict(O=o, L=lse)
+    return Mistake(name, explain, wrong)
 
-    return Mistake("keys past the length attended up to the end of their tile",
-                   "the tile that holds the last valid key also needs the mask: call attend<true> when "
-                   "key0 + TILE > key_lengths[b], not only for the causal diagonal or the tile that crosses N.", wrong)
+
+def _walk_mistakes(causal, cfg):
+    """The slips in choosing the masked tiles or in the mask itself, each reproduced by the tile walk."""
+    tile = cfg["TILE"]
+
+    def crosses_length(key0, w0, kv_len):
+        return key0 + tile > kv_len
+
+    def crosses_diagonal(key0, w0, kv_len):
+        return causal and key0 + tile - 1 > w0
+
+    def masked_with(bound, row_shift=lambda at: 0):
+        return lambda at: (at.keys < bound(at)) & ((at.keys <= at.row - row_shift(at)) if causal else True)
+
+    right = masked_with(lambda at: at.kv_len)
+
+    def needs(key0, w0, kv_len):
+        return crosses_length(key0, w0, kv_len) or crosses_diagonal(key0, w0, kv_len)
+
+    return [
+        _walk_mistake(cfg, "keys past the length attended up to the end of their tile",
+                      f"the tile that holds the last valid key also needs the mask: call attend<true> when key0 + "
+                      f"{tile} > kv_len" + (", not only for the tiles that cross the causal diagonal." if causal else "."),
+                      crosses_diagonal, right),
+        _walk_mistake(cfg, "no tile masked", "attend<true> must run for every tile that holds a key at or past kv_len "
+                      "(the keys past the length, and the zero-filled rows past N, are in it)"
+                      + (" and for every tile that crosses the warp's diagonal (key0 + TILE - 1 > w0)" if causal else "")
+                      + "; attend<false> only for the others.",
+                      lambda key0, w0, kv_len: False, right),
+        _walk_mistake(cfg, "the mask compares the keys with N, not with the batch entry's length",
+                      "inside attend<true>, a key is masked when key >= kv_len (= key_lengths[b]); comparing with N "
+                      "leaves the padding keys of the tile that holds the last valid one visible.",
+                      needs, masked_with(lambda at: at.N)),
+        _walk_mistake(cfg, "diagonal tiles run unmasked", "a tile needs attend<true> when it crosses the warp's diagonal "
+                      "(key0 + TILE - 1 > w0: some key lies past some row of the warp), not only when it holds keys "
+                      "past the length; the tiles past the warp's last row are skipped, but the crossing ones are "
+                      "not whole.", crosses_length, right, causal_only=True),
+        _walk_mistake(cfg, "the mask's rows counted from the block's first row",
+                      "attend's row0 is the warp's first query row, w0 = q0 + WARP_ROWS * warp: with q0 every warp "
+                      "but the first masks as if it held the block's first rows.",
+                      needs, masked_with(lambda at: at.kv_len, lambda at: at.w0 - at.q0), causal_only=True),
+        _walk_mistake(cfg, "the mask's row misses the row group",
+                      "in attend<true>, the row of score e of row group rg is row0 + rg * 16 + g + (e / 2) * 8: without "
+                      "rg * 16 the second group of 16 rows is masked as if it were the first.",
+                      needs, masked_with(lambda at: at.kv_len, lambda at: 16 * at.rg), causal_only=True),
+    ]
 
 
 CASES = [  # the race check runs on the first case: three query blocks, five key tiles, a ragged batch
-    case("five_tiles_ragged", B=2, H=1, N=300, lengths=(300, 170), seed=1),
+    case("five_tiles_ragged", B=2, H=1, N=300, lengths=(300, 40), seed=1),
     case("single_query", B=1, H=1, N=1, seed=2),
     case("one_block_two_tiles", B=1, H=2, N=128, seed=3),
     case("tile_plus_one", B=1, H=1, N=65, seed=4),
@@ -150,7 +215,7 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
         tuple(f"-D{k}={v}" for k, v in cfg.items())
     rows_per_block = block_rows(cfg)
     elem = "__nv_bfloat16" if bf16 else "__half"
-    mistakes = [*_causal_mistakes(), *padding_mistakes(causal), _last_tile_unmasked(cfg["TILE"]),
+    mistakes = [*_causal_mistakes(), *padding_mistakes(causal), *_walk_mistakes(causal, cfg),
                  *forward_mistakes(Mistake, cfg["TILE"], keep=_keep)]
     mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]
     row = dict(

@@ -152,3 +152,23 @@ def test_the_check_time_limit_never_exceeds_a_launch_limit(monkeypatch):
     assert check_time_limit() == 3.0
     monkeypatch.setenv("GRADER_TIME_LIMIT", "60")
     assert check_time_limit() == 8.0
+
+
+def _io_checked():
+    import grader.exercises  # noqa: F401  (registers every exercise)
+    from grader.exercise_rows import REGISTRY
+    return [ex for ex in REGISTRY.values() if getattr(ex.io_check, "limits", None)]
+
+
+@pytest.mark.parametrize("ex", _io_checked(), ids=lambda ex: ex.id)
+def test_the_io_case_tells_every_skipped_tile_limit_apart(ex):
+    """A kernel that keeps one tile-skipping limit and drops another (causal but not padded, or
+    padded but not causal) must read more than the check's slack allows on the io_case."""
+    from types import SimpleNamespace
+    c = next(c for c in ex.cases if c.name == ex.io_case)
+    p = SimpleNamespace(**c.params)
+    check, limits = ex.io_check, ex.io_check.limits
+    needed = check.needed_bytes(p)
+    for dropped in limits:
+        wrong = check.needed_bytes(p, **{dropped: False})
+        assert wrong > 1.05 * check.slack * needed, (dropped, wrong / needed)

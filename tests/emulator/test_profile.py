@@ -230,3 +230,16 @@ def test_ldmatrix_rows_count_on_the_students_line():
     # lanes 0-7 each read one 16-byte row (lanes 8-31 give no address): one request, 8 rows of
     # 16 bytes in distinct banks take 128 bytes, one wavefront
     assert (load.bytes, load.requests, load.units) == (16, 1, 1)
+
+
+def test_both_branches_keep_their_line_when_their_code_is_alike():
+    """The capstone calls one tile body in a masked and an unmasked copy that end alike: the
+    compiler must not merge their tails (the merged copy has no line), so the V ldmatrix line
+    holds every request of its 2 heads x 2 tiles x 8 warps x 4 key steps x 4 column pairs, 4 wavefronts each."""
+    from grader.capstone import build
+    from grader.emulator.profile import profile_case
+    ex_id = build("fp16", 64, False, dict(WARPS=8, WARP_ROWS=16))
+    p, _ = profile_case(ex_id, solution_source("capstone_fwd_d64"), case="one_block_two_tiles")
+    assert all(r.line is not None for r in p.rows), [r for r in p.rows if r.line is None]
+    v = only([r for r in p.rows if "ldmatrix_x4_trans" in r.code], "shared load")
+    assert (v.requests, v.units) == (2 * 2 * 8 * 4 * 4, 2 * 2 * 8 * 4 * 4 * 4)

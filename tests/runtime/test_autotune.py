@@ -193,8 +193,11 @@ def test_cli(space, tmp_path, capsys):
     path = tmp_path / "mine.cu"
     path.write_text(TUNABLE)
     assert main(["tune", "vector_add", str(path), "--shape", "n=4096"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert out.startswith("tune vector_add  fp32  n=4096  on CPU emulator\n")
+    progress = err.splitlines()  # one line per configuration as it finishes: a space takes minutes
+    assert len(progress) == 8 and progress[0].startswith("[1/8, ") and progress[-1].startswith("[8/8, ")
+    assert progress[0].endswith("THREADS=64 SKIP_LAST=0: " + EXPECTED[(64, 0)])
     assert "check failed: case 'one_element'" in out and "no best configuration: timing needs a GPU" in out
 
     assert main(["tune", "row_scale", str(path)]) == 2
