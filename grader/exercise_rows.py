@@ -85,6 +85,12 @@ class Exercise:
     # values pass; on a GPU it is skipped with a sentence
     io_check: Callable | None = None
     io_case: str | None = None
+    # size parameter -> its unit: the clean regrade (grader/autograde/shapes.py) redraws these sizes of
+    # the hidden cases per student, keeping each value's class in that unit (a multiple stays a
+    # multiple, one past stays one past, ragged stays ragged with the same parity); "d" is a runtime
+    # head dimension (kept within 2..127, its divisibility by 8 kept). Parameters not named here are
+    # never redrawn: counts, compile-time sizes (-DHEAD_DIM), sizes the contract ties to others.
+    hidden_sizes: dict = field(default_factory=dict)
 
     def visible_cases(self):
         return [c for c in self.cases if not c.hidden]
@@ -125,7 +131,7 @@ class TritonExercise:
     # (macs, p) -> None or why: the multiply-adds tl.dot did (interpreter only), judged on work_case
     work_check: Callable | None = None
     work_case: str | None = None
-    fixed_params: tuple = ()  # parameters the grading worker must not redraw (power-of-two block dims)
+    hidden_sizes: dict = field(default_factory=dict)  # as Exercise.hidden_sizes
     time_limit: float = 60.0  # seconds per case in the interpreter
     # p -> (rtol, atol) every output gets on this case, on every backend, in place of its dtype's: float32
     # outputs of products taken in half precision (the backward's tl.dot on P and dS), whose precision is

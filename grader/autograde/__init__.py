@@ -21,9 +21,9 @@ overwrite its scores and list the differences):
    (``grading/clean/MODULE/report.txt`` and ``.json``) lists every submission whose
    in-notebook score differs from the clean one, with the reasons found.
 
-Hidden-case shapes: the exercises declare fixed shapes; :mod:`.shapes` redraws them per
-student from the declared values. The clean long-term fix belongs in ``grader/exercise_rows``
-(see ``SHAPE_DECLARATION`` below).
+Hidden-case shapes: the exercises declare fixed shapes and, in ``hidden_sizes``, which sizes may
+vary and the unit (tile or block) each is cut into; :mod:`.shapes` redraws those per student,
+keeping each value's class in its unit, and leaves every other parameter as declared.
 """
 from __future__ import annotations
 
@@ -46,13 +46,6 @@ from .runtime import Bundle, bundle_from_dir, bundle_from_git, bundle_hash, ensu
 from .sandbox import Limits, bwrap_path
 
 MARK = "grader_autograde"  # notebook metadata key of the notebooks this command writes
-
-SHAPE_DECLARATION = """\
-Suggested change (grader/exercise_rows.py and the exercise modules): let hidden() take ranges,
-e.g. hidden("odd_size", n=between(1001, 1999, odd=True)), hidden("ragged", N=between(33, 200,
-not_multiple_of=16), d=one_of(24, 40, 48, 72)); Case.draw(rng) picks concrete params; run_check
-draws them from its seed (random.Random(base ^ i)) before make_inputs. Until then
-grader/autograde/shapes.py redraws the declared fixed values (same tile class and parity)."""
 
 
 @dataclass

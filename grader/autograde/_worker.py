@@ -78,7 +78,7 @@ def main() -> None:
             if job.get("draw_shapes", True):
                 from grader.autograde.shapes import draw_cases
 
-                ex.cases = draw_cases(ex.cases, int(job["shape_seed"]), keep=getattr(ex, "fixed_params", ()))
+                ex.cases = draw_cases(ex.cases, int(job["shape_seed"]), ex.hidden_sizes)
             res = run_check(job["exercise"], job["source"], include_hidden=True, seed=int(job["seed"]),
                             options=tuple(job.get("options", ())))
             result = _result(res)

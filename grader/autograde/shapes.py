@@ -2,25 +2,27 @@
 
 The exercises declare each hidden case with fixed parameters (``hidden("odd_size", n=1237)``),
 and the package is public, so a kernel could special-case exactly those shapes. At grading
-time :func:`draw_cases` replaces every size parameter of a hidden case with a value drawn
-from a per-student, per-exercise seed, keeping what the declared value was chosen to exercise:
+time :func:`draw_cases` replaces the size parameters an exercise names in ``hidden_sizes``
+(parameter -> unit, the tile or block the kernel cuts that size into) with values drawn from a
+per-student, per-exercise seed, keeping what the declared value was chosen to exercise:
 
 * ``1`` stays ``1`` (a single row / element);
-* a multiple of 16 stays a multiple of 16 (exact tiles), and the largest head dimension
-  (``d = 128``) stays 128;
-* ``16k +- 1`` stays one off a multiple of 16 on the same side (tile minus one / plus one);
-* anything else stays ragged (not a multiple of 16, not one off) with the same parity (odd
-  stays odd), within -40%..+40% of the declared value (+25% above 256, so the emulator's time
-  per case stays about what the exercise declared);
-* a head dimension keeps its divisibility by 8 and stays within 2..127 (or 8..120);
-* dependent parameters follow: ``lengths`` (key lengths per batch, 0 and N kept as "empty"
-  and "full") are rescaled to the new ``N``, and row indices such as ``empty_a`` keep ``rows``
-  above them.
+* a multiple of the unit stays a multiple (exact tiles);
+* one off a multiple stays one off on the same side (tile minus one / plus one);
+* below one unit stays below it, with the same parity;
+* anything else stays ragged (not a multiple, not one off) with the same parity (odd stays odd),
+  within -40%..+40% of the declared value (+25% above 256, so the emulator's time per case stays
+  about what the exercise declared);
+* ``d`` (a runtime head dimension) keeps its divisibility by 8 and stays within 2..127 (or
+  8..120), and ``d = 128`` stays 128;
+* dependent parameters follow: ``lengths`` (key lengths per batch entry) keep 0 and N ("empty"
+  and "full") and the other entries their class in N's unit, below the new ``N``; row indices
+  such as ``empty_a`` keep ``rows`` above them.
 
-Counts (``B``, ``H``, ``BH``), floats (scales, spreads) and visible cases are never changed.
-This is a transformation of the declared cases, done only in the grading worker; the
-exercises themselves keep their declarations (see the report in the module docstring of
-:mod:`grader.autograde` for the declaration the exercises should grow instead).
+Parameters an exercise does not name (counts such as ``B``, ``H``, ``splits``; a compile-time
+``HEAD_DIM``; sizes its contract ties to a multiple, declared with that multiple as the unit),
+floats and visible cases are never changed. The exercises keep their declarations; only the
+grading worker draws.
 """
 from __future__ import annotations
 
@@ -28,33 +30,37 @@ import dataclasses
 import random
 
 TILE = 16
-LENGTH_DIMS = ("n", "N", "M", "K", "rows", "cols", "keys")
-HEAD_DIMS = ("d",)
 INDEX_LISTS = {"empty_a": "rows", "empty_b": "rows"}  # tuple of row indices -> the dim they index
 
 
-def _ragged(v: int) -> bool:
-    return v % TILE not in (0, 1, TILE - 1)
+def _ragged(v: int, unit: int) -> bool:
+    return v % unit not in (0, 1, unit - 1)
 
 
-def draw_length(v: int, rng: random.Random, lo_floor: int = 1) -> int:
+def draw_length(v: int, rng: random.Random, lo_floor: int = 1, unit: int = TILE, hi_cap: int | None = None) -> int:
+    """A size of the same class as ``v`` in ``unit``, at least ``lo_floor`` and at most ``hi_cap``."""
     if v <= 1:
         return v
     up = 1.25 if v > 256 else 1.4
     lo, hi = max(lo_floor, 2, int(v * 0.6)), max(int(v * up), lo_floor + 1, 3)
-    r = v % TILE
+    if hi_cap is not None:
+        hi = min(hi, hi_cap)
+    r = v % unit
+    if v > unit and (r == 0 or r in (1, unit - 1)):  # a whole unit either side, so large units still move
+        lo, hi = min(lo, max(lo_floor, 2, v - unit)), max(hi, v + unit) if hi_cap is None else min(max(hi, v + unit),
+                                                                                                        hi_cap)
     if r == 0:
-        ks = [k for k in range(max(1, lo // TILE), hi // TILE + 1) if k * TILE >= lo_floor] or [v // TILE]
-        return rng.choice(ks) * TILE
-    if r in (1, TILE - 1) and v > TILE:
+        ks = [k for k in range(max(1, -(-lo // unit)), hi // unit + 1) if k * unit >= lo_floor]
+        return rng.choice(ks) * unit if ks else v
+    if unit > 2 and r in (1, unit - 1) and v > unit:
         off = 1 if r == 1 else -1
-        ks = [k for k in range(max(1, (lo - off) // TILE), (hi - off) // TILE + 1) if 1 < k * TILE + off and k * TILE + off >= lo_floor]
-        return (rng.choice(ks) * TILE + off) if ks else v
-    if v < TILE:
-        # below one tile: any value under the tile with the same parity
-        cands = [x for x in range(max(2, lo_floor), TILE) if x % 2 == v % 2]
+        ks = [k for k in range(1, hi // unit + 2) if max(lo, 2, unit + 1) <= k * unit + off <= hi]
+        return (rng.choice(ks) * unit + off) if ks else v
+    if v < unit:
+        # below one unit: any value under it with the same parity
+        cands = [x for x in range(max(2, lo_floor), min(unit, hi + 1)) if x % 2 == v % 2]
         return rng.choice(cands) if cands else v
-    cands = [x for x in range(lo, hi + 1) if x % 2 == v % 2 and _ragged(x) and x >= lo_floor]
+    cands = [x for x in range(max(lo, unit + 2), hi + 1) if x % 2 == v % 2 and _ragged(x, unit) and x >= lo_floor]
     return rng.choice(cands) if cands else v
 
 
@@ -67,7 +73,8 @@ def draw_head_dim(v: int, rng: random.Random) -> int:
     return rng.choice(cands) if cands else v
 
 
-def draw_params(params: dict, rng: random.Random, keep: tuple = ()) -> dict:
+def draw_params(params: dict, rng: random.Random, sizes: dict) -> dict:
+    """``params`` with the sizes named in ``sizes`` (parameter -> unit) drawn; see the module docstring."""
     out = dict(params)
     floors = {}
     for key, dim in INDEX_LISTS.items():
@@ -75,33 +82,32 @@ def draw_params(params: dict, rng: random.Random, keep: tuple = ()) -> dict:
             floors[dim] = max(floors.get(dim, 1), max(params[key]) + 1)
     for key in sorted(params):  # sorted: the draw order never depends on declaration order
         v = params[key]
-        if isinstance(v, bool) or not isinstance(v, int) or key in keep:
+        if isinstance(v, bool) or not isinstance(v, int) or key not in sizes:
             continue
-        if key in LENGTH_DIMS:
-            out[key] = draw_length(v, rng, floors.get(key, 1))
-        elif key in HEAD_DIMS:
-            out[key] = draw_head_dim(v, rng)
+        out[key] = draw_head_dim(v, rng) if key == "d" else draw_length(v, rng, floors.get(key, 1), sizes[key])
     lengths = params.get("lengths")
-    if isinstance(lengths, (tuple, list)) and "N" in params:
+    if isinstance(lengths, (tuple, list)) and "N" in sizes and "N" in params:
         old, new = params["N"], out["N"]
-        scaled = []
+        drawn = []
         for length in lengths:
             if length <= 0 or length >= old:
-                scaled.append(0 if length <= 0 else new)
+                drawn.append(0 if length <= 0 else new)
             else:
-                scaled.append(min(new - 1, max(1, round(length * new / old))))
-        out["lengths"] = type(lengths)(scaled)
+                got = draw_length(length, rng, 1, sizes["N"], hi_cap=new - 1)
+                # no value of its class below the new N: scaled with N instead
+                drawn.append(got if 1 <= got < new else min(new - 1, max(1, round(length * new / old))) if new > 1 else new)
+        out["lengths"] = type(lengths)(drawn)
     return out
 
 
-def draw_cases(cases: list, seed: int, keep: tuple = ()) -> list:
-    """The exercise's cases with every hidden case's sizes drawn from ``seed`` (except the
-    parameters named in ``keep``: a Triton exercise's block dimensions must stay powers of two)."""
+def draw_cases(cases: list, seed: int, sizes: dict) -> list:
+    """The exercise's cases with every hidden case's declared sizes (``hidden_sizes``: parameter ->
+    unit) drawn from ``seed``."""
     rng = random.Random(seed)
     out = []
     for c in cases:
         if getattr(c, "hidden", False):
-            out.append(dataclasses.replace(c, params=draw_params(c.params, rng, keep)))
+            out.append(dataclasses.replace(c, params=draw_params(c.params, rng, sizes)))
         else:
             out.append(c)
     return out

@@ -11,6 +11,7 @@ F32 = np.float32
 
 exercise(
     id="vector_add",
+    hidden_sizes={"n": 256},
     module=MODULE,
     kernel="vector_add",
     signature="vector_add(const float* a, const float* b, float* c, int n)",
@@ -43,6 +44,7 @@ def _row_scale_ref(p, x):
 
 exercise(
     id="row_scale",
+    hidden_sizes={"rows": 16, "cols": 16},
     module=MODULE,
     kernel="row_scale",
     signature="row_scale(const float* x, const float* s, float* y, int rows, int cols)",

@@ -40,6 +40,7 @@ SCALE_FROM_D = Mistake("scale computed from d instead of the scale argument",
 
 exercise(
     id="attn_scores",
+    hidden_sizes={"N": 16, "d": 8},
     module=MODULE,
     kernel="attn_scores",
     signature="attn_scores(const float* Q, const float* K, float* S, int N, int d, float scale)",
@@ -106,6 +107,7 @@ def _logits(p, rng):
 
 exercise(
     id="softmax_rows",
+    hidden_sizes={"N": 128},
     module=MODULE,
     kernel="softmax_rows",
     signature="softmax_rows(const float* S, float* P, int N)",
@@ -144,6 +146,7 @@ exercise(
 
 exercise(
     id="attn_pv",
+    hidden_sizes={"N": 16, "d": 8},
     module=MODULE,
     kernel="attn_pv",
     signature="attn_pv(const float* P, const float* V, float* O, int N, int d)",
@@ -183,6 +186,7 @@ def _batched_scores_ref(p, x):
 
 exercise(
     id="attn_scores_batched",
+    hidden_sizes={"N": 16, "d": 8},
     module=MODULE,
     kernel="attn_scores_batched",
     signature="attn_scores_batched(const float* Q, const float* K, float* S, int BH, int N, int d, float scale)",

@@ -62,6 +62,7 @@ def _matmul(kernel, launch_shape, race_check, cases, tiled_mistakes=()):
     race_case = RACE_CASE if race_check else None
     exercise(
         id=kernel,
+        hidden_sizes={"M": 16, "N": 16, "K": 16},
         module=MODULE,
         kernel=kernel,
         signature=f"{kernel}(const float* A, const float* B, float* C, int M, int N, int K)",
@@ -110,6 +111,7 @@ def _phases_over_n(p, x):
 
 exercise(
     id="qk_scores_tiled",
+    hidden_sizes={"N": 16, "d": 8},
     module=MODULE,
     kernel="qk_scores_tiled",
     signature="qk_scores_tiled(const float* Q, const float* K, float* S, int N, int d, float scale)",

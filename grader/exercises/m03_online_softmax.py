@@ -93,6 +93,7 @@ def _logits(p, rng):
 
 exercise(
     id="online_softmax_rows",
+    hidden_sizes={"cols": 32},
     module=MODULE,
     kernel="online_softmax_rows",
     signature="online_softmax_rows(const float* x, float* y, int rows, int cols)",
@@ -188,6 +189,7 @@ def _merge_size(p, x):
 
 exercise(
     id="merge_states",
+    hidden_sizes={"d": 8, "keys": 16},
     module=MODULE,
     kernel="merge_states",
     signature="merge_states(const float* m_a, const float* l_a, const float* acc_a, const float* m_b, "

@@ -62,6 +62,7 @@ def _magnitude(p, x):
 
 exercise(
     id="flash_fwd_row",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_fwd_row",
     signature="flash_fwd_row(const float* Q, const float* K, const float* V, float* O, float* L, int N, int d, float scale)",
@@ -83,6 +84,7 @@ exercise(
 
 exercise(
     id="flash_fwd_fa1",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_fwd_fa1",
     signature="flash_fwd_fa1(const float* Q, const float* K, const float* V, float* O, float* L, "
@@ -107,6 +109,7 @@ exercise(
 
 exercise(
     id="flash_fwd_fa2",
+    hidden_sizes={"N": 16, "d": 8},
     module=MODULE,
     kernel="flash_fwd_fa2",
     signature="flash_fwd_fa2(const float* Q, const float* K, const float* V, float* O, float* L, int N, int d, float scale)",

@@ -35,6 +35,7 @@ def _last_row(p):
 
 exercise(
     id="flash_fwd_causal",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_fwd_causal",
     signature="flash_fwd_causal(const float* Q, const float* K, const float* V, float* O, float* L, int N, int d, float scale)",
@@ -164,6 +165,7 @@ def padding_mistakes(causal=False):
 
 exercise(
     id="flash_fwd_padded",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_fwd_padded",
     signature="flash_fwd_padded(const float* Q, const float* K, const float* V, const int* key_lengths, "

@@ -124,6 +124,7 @@ def _grad_mistakes(outputs):
 
 exercise(
     id="flash_bwd_preprocess",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_bwd_preprocess",
     signature="flash_bwd_preprocess(const float* O, const float* dO, float* D, int rows, int d)",
@@ -147,6 +148,7 @@ _TILE_ARGS = lambda p, a: (a.Q, a.K, a.V, a.dO, a.L, a.D)  # noqa: E731
 
 exercise(
     id="flash_bwd_dkdv",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_bwd_dkdv",
     signature="flash_bwd_dkdv(const float* Q, const float* K, const float* V, const float* dO, const float* L, "
@@ -169,6 +171,7 @@ exercise(
 
 exercise(
     id="flash_bwd_dq",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_bwd_dq",
     signature="flash_bwd_dq(const float* Q, const float* K, const float* V, const float* dO, const float* L, "
@@ -191,6 +194,7 @@ exercise(
 
 exercise(
     id="flash_bwd_atomic",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_bwd_atomic",
     signature="flash_bwd_atomic(const float* Q, const float* K, const float* V, const float* dO, const float* L, "
@@ -214,6 +218,7 @@ exercise(
 
 exercise(
     id="flash_bwd_dkdv_causal",
+    hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
     kernel="flash_bwd_dkdv_causal",
     signature="flash_bwd_dkdv_causal(const float* Q, const float* K, const float* V, const float* dO, const float* L, "

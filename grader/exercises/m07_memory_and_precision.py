@@ -100,6 +100,7 @@ def _convert_profile(profile, p):
 
 exercise(
     id="convert_f32_half",
+    hidden_sizes={"n": 4},
     module=MODULE,
     kernel="convert_f32_half",
     signature="convert_f32_half(const float* x, __half* h, __nv_bfloat16* b, int n)",
@@ -163,6 +164,7 @@ def _magnitude(p, x):
 
 exercise(
     id="flash_fwd_fa2_padded",
+    hidden_sizes={"N": 16, "d": 8},
     module=MODULE,
     kernel="flash_fwd_fa2_padded",
     signature="flash_fwd_fa2_padded(const float* Q, const float* K, const float* V, float* O, float* L, int N, int d, "
@@ -295,6 +297,7 @@ def _half_cases(d):
 for _d in (64, 128):
     exercise(
         id=f"flash_fwd_half_d{_d}",
+        hidden_sizes={"N": 64},
         module=MODULE,
         kernel="flash_fwd_half",
         signature="flash_fwd_half(const __half* Q, const __half* K, const __half* V, __half* O, float* L, int N, "

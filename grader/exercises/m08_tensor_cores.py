@@ -86,6 +86,7 @@ MATMUL_SIGNATURE = "{}(const __half* A, const __half* B, float* C, int M, int N,
 
 exercise(
     id="wmma_matmul",
+    hidden_sizes={"M": 16, "N": 16, "K": 16},
     module=MODULE,
     kernel="wmma_matmul",
     signature=MATMUL_SIGNATURE.format("wmma_matmul"),
@@ -128,6 +129,7 @@ MMA_CASES = [  # the race check runs on the first case: two steps along K, so a 
 
 exercise(
     id="mma_matmul",
+    hidden_sizes={"M": 64, "N": 64, "K": 32},
     module=MODULE,
     kernel="mma_matmul",
     signature=MATMUL_SIGNATURE.format("mma_matmul"),
@@ -178,6 +180,7 @@ def _scores(q, k, scale):
 
 exercise(
     id="qk_scores_mma",
+    hidden_sizes={"N": 64},
     module=MODULE,
     kernel="qk_scores_mma",
     signature="qk_scores_mma(const __half* Q, const __half* K, float* S, int N, float scale)",
@@ -500,6 +503,7 @@ def _flash_exercise(head_dim, bf16=False, causal=False):
     extra = dict(d=head_dim, causal=True) if causal else dict(d=head_dim)
     exercise(
         id=ex_id,
+        hidden_sizes={"N": 64},
         module=MODULE,
         kernel="tc_flash_fwd",
         signature="tc_flash_fwd(const elem* Q, const elem* K, const elem* V, elem* O, float* L, int N, float scale)",

@@ -38,6 +38,7 @@ def gemm_shared_bytes(stages=GEMM_STAGES, bm=GEMM_BM, bn=GEMM_BN):
 
 exercise(
     id="mma_matmul_pipe",
+    hidden_sizes={"M": 128, "N": 8, "K": 8},
     module=MODULE,
     kernel="mma_matmul_pipe",
     signature=MATMUL_SIGNATURE.format("mma_matmul_pipe"),
@@ -235,6 +236,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
         mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]
     row = dict(
         id=ex_id,
+        hidden_sizes={"N": 64},
         module=MODULE,
         kernel=kernel,
         signature=f"{kernel}(const elem* Q, const elem* K, const elem* V, elem* O, float* L, int N, float scale)",

@@ -248,6 +248,7 @@ def _split_cases(d):
 for _d in (64, 128):
     exercise(
         id=f"decode_split_d{_d}",
+        hidden_sizes={"N": 32},
         module=MODULE,
         kernel="decode_split",
         signature="decode_split(const __half* Q, const __half* K, const __half* V, const int* lengths, "
@@ -408,6 +409,7 @@ def _merge_cases(d):
 for _d in (64, 128):
     exercise(
         id=f"decode_merge_d{_d}",
+        hidden_sizes={"N": 32},
         module=MODULE,
         kernel="decode_merge",
         signature="decode_merge(const float* O_part, const float* L_part, __half* O, float* L, int n_q, int splits)",

@@ -220,6 +220,7 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
     mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]
     row = dict(
         id=ex_id,
+        hidden_sizes={"N": 64},
         module=MODULE,
         kernel=KERNEL,
         signature=f"{KERNEL}(const elem* Q, const elem* K, const elem* V, const int* key_lengths, elem* O, float* L, "

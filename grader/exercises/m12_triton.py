@@ -78,6 +78,7 @@ SOFTMAX_CASES = [
 
 triton_exercise(
     id="triton_softmax",
+    hidden_sizes={"rows": 16, "cols": 16},
     module=MODULE,
     kernel="softmax",
     signature="softmax(x, y): x, y torch tensors [rows, cols] float32; fills y with the softmax of each row of x",
@@ -215,6 +216,7 @@ def _flash_exercise(causal):
     out_dtype = lambda p: BF16 if getattr(p, "dtype", "fp16") == "bf16" else F16  # noqa: E731
     triton_exercise(
         id="triton_" + name,
+        hidden_sizes={"N": 64},
         module=MODULE,
         kernel=name,
         signature=f"{name}(q, k, v, o, lse, scale): q, k, v, o torch tensors [B, H, N, d] (float16 or bfloat16, "
@@ -234,7 +236,6 @@ def _flash_exercise(causal):
         magnitude=_flash_magnitude,
         work_check=causal_dot_work() if causal else None,
         work_case="many_blocks" if causal else None,
-        fixed_params=("d",),
     )
 
 
@@ -353,6 +354,7 @@ BACKWARD_CASES = [
 
 triton_exercise(
     id="triton_flash_backward",
+    hidden_sizes={"N": 64},
     module=MODULE,
     kernel="flash_backward",
     signature="flash_backward(q, k, v, o, lse, do, dq, dk, dv, scale): q, k, v, o, do torch tensors [B, H, N, d] "
@@ -373,5 +375,4 @@ triton_exercise(
     mistakes=_backward_mistakes(),
     magnitude=_backward_magnitude,
     case_tolerance=lambda p: PRODUCT_TOLERANCE[getattr(p, "dtype", "fp16")],
-    fixed_params=("d",),
 )

@@ -205,7 +205,7 @@ def test_hidden_shapes_keep_the_head_dimension():
     from grader.checks import get_exercise
 
     ex = get_exercise(FLASH)
-    drawn = draw_cases(ex.cases, 99, keep=ex.fixed_params)
+    drawn = draw_cases(ex.cases, 99, ex.hidden_sizes)
     assert [c.params["d"] for c in drawn] == [c.params["d"] for c in ex.cases]
     assert any(a.params["N"] != b.params["N"] for a, b in zip(drawn, ex.cases) if b.hidden)
 

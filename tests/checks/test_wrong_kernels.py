@@ -1,10 +1,12 @@
 """Every known-wrong kernel must fail its exercise's check with the intended diagnosis, and
 every instructor solution must pass all cases (visible and grading-only). The wrong kernels are
 read through grader.wrong_corpus: whole ``.cu`` files, or ``.edit`` files applied to the solution."""
+import dataclasses
 import re
 
 import pytest
 
+from grader.autograde.shapes import draw_cases
 from grader.checks import REGISTRY, get_exercise, run_check
 from grader.course import solution_source
 from grader.wrong_corpus import (CHECK_SEED, Block, StaleEdit, WrongKernel, apply_edit, graded_pairs, parse_edit,
@@ -79,7 +81,12 @@ def test_one_kernel_is_either_whole_or_an_edit(tmp_path):
 
 @pytest.mark.parametrize("exercise_id", sorted(REGISTRY))
 def test_solution_passes_every_case(exercise_id):
-    result = run_check(exercise_id, solution_source(exercise_id), include_hidden=True, backend="cpu", seed=99)
+    """On the hidden shapes as the clean regrade draws them (the notebooks' hidden cells run the
+    declared ones): a correct kernel must pass whatever sizes a student's seed gives."""
+    ex = get_exercise(exercise_id)
+    drawn = dataclasses.replace(ex, cases=draw_cases(ex.cases, 99, ex.hidden_sizes))
+    assert [c.params for c in drawn.cases if not c.hidden] == [c.params for c in ex.cases if not c.hidden]
+    result = run_check(drawn, solution_source(exercise_id), include_hidden=True, backend="cpu", seed=99)
     assert result.passed, result.summary() + "\n" + "\n".join(r.message for r in result.results if not r.passed)
 
 
