@@ -1,13 +1,16 @@
 """Correct kernels in other styles than the solutions (tests/valid/) pass their checks, grading
-cases included, whatever the seed: the checks judge results, not the solution's style.
+cases included, whatever the seed: the checks judge results, not the solution's style. The seed
+draws the hidden cases' shapes too, as the clean regrade does (grader/autograde/shapes.py).
 
 Each kernel runs with one of SEEDS, in rotation (the kernels of one exercise see different seeds), to
 keep CI short; GRADER_VALID_SEEDS=all runs every kernel with every seed."""
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
+from grader.autograde.shapes import draw_cases
 from grader.checks import REGISTRY, get_exercise, run_check
 
 VALID = Path(__file__).resolve().parents[1] / "valid"
@@ -34,6 +37,8 @@ def test_every_valid_folder_names_an_exercise():
 def test_valid_kernel_passes_with_fresh_seeds(exercise, path):
     i = KERNELS.index((exercise, path))
     seeds = SEEDS if os.environ.get("GRADER_VALID_SEEDS") == "all" else (SEEDS[i % len(SEEDS)],)
+    ex = get_exercise(exercise)
     for seed in seeds:
-        result = run_check(exercise, path.read_text(), include_hidden=True, seed=seed)
+        drawn = dataclasses.replace(ex, cases=draw_cases(ex.cases, seed, ex.hidden_sizes))
+        result = run_check(drawn, path.read_text(), include_hidden=True, seed=seed)
         assert result.passed, f"seed {seed}: {result.first_failure.message}"
