@@ -35,6 +35,7 @@ barrier misuse, time limit), that case's report is the one shown first (:attr:`C
 from __future__ import annotations
 
 import functools
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -224,10 +225,21 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.nda
     return "\n".join(lines)
 
 
+FLOAT_EXACT = 2**24  # the first integer past which float32 skips integers
+
+
 def _generic_diagnosis(name, got, want, unwritten, p) -> str | None:
     """Mistakes recognisable from the numbers alone, whatever the exercise."""
     if unwritten.all():
         return f"nothing was written to {name}: is the kernel body empty, or does the bounds guard exclude every thread?"
+    if want.size > FLOAT_EXACT:
+        with np.errstate(invalid="ignore"):
+            wrong = (unwritten | ~np.isclose(got.astype(np.float64), want, rtol=1e-5, atol=1e-6, equal_nan=True)).reshape(-1)
+        if wrong.any() and int(np.argmax(wrong)) >= FLOAT_EXACT:
+            return (f"every wrong element of {name} lies past flat index 2^24 = {FLOAT_EXACT}, the first at "
+                    f"{int(np.argmax(wrong))}: from there a float (24-bit significand) no longer holds every integer, "
+                    "so an index computed in or stored as a float skips elements and repeats others. Keep indices "
+                    "in int (or size_t).")
     written = ~unwritten
     if unwritten.any() and want.ndim >= 1:
         flat = unwritten.reshape(-1)
@@ -366,10 +378,28 @@ def check_time_limit() -> float:
     return min(CHECK_TIME_LIMIT, float(os.environ.get("GRADER_TIME_LIMIT", CHECK_TIME_LIMIT)))
 
 
+THREADS_PER_LIMIT = 2**22  # threads the emulator runs well within one check time limit
+
+
+def _thread_factor(ex: Exercise, c: Case) -> float:
+    """1, or the launch's thread count over THREADS_PER_LIMIT when it is larger."""
+    p = SimpleNamespace(**c.params)
+    try:
+        threads = math.prod(_dims(ex.grid(p))) * math.prod(_dims(ex.block(p)))
+    except (AttributeError, TypeError):
+        return 1.0
+    return max(1.0, threads / THREADS_PER_LIMIT)
+
+
+def _dims(d) -> tuple:
+    return tuple(d) if isinstance(d, (tuple, list)) else (int(d),)
+
+
 def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bool = False) -> CaseResult:
     shown = c.describe(with_seed=not c.hidden)
-    # The race detector's shadow memory makes a launch a few times slower.
-    limit = check_time_limit() * (3 if race_check else 1) if be == "cpu" else None
+    # The race detector's shadow memory makes a launch a few times slower; a launch of many million
+    # threads (the cases past 2^24 elements) needs time in proportion, whatever the kernel does.
+    limit = check_time_limit() * (3 if race_check else 1) * _thread_factor(ex, c) if be == "cpu" else None
     try:
         p, inputs, expected, got, after = _launch(ex, compiled, c, seed, race_check, limit)
     except RaceConditionError as err:

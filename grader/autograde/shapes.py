@@ -13,6 +13,8 @@ per-student, per-exercise seed, keeping what the declared value was chosen to ex
 * anything else stays ragged (not a multiple, not one off) with the same parity (odd stays odd),
   within -40%..+40% of the declared value (+25% above 256, so the emulator's time per case stays
   about what the exercise declared);
+* a size of 4096 or more never shrinks and grows by at most 1% (such cases are declared large to
+  pass a boundary: element indices past 2^24, where a float no longer holds every integer);
 * ``d`` (a runtime head dimension) keeps its divisibility by 8 and stays within 2..127 (or
   8..120), and ``d = 128`` stays 128;
 * dependent parameters follow: ``lengths`` (key lengths per batch entry) keep 0 and N ("empty"
@@ -30,6 +32,7 @@ import dataclasses
 import random
 
 TILE = 16
+LARGE = 4096  # sizes from here on only grow (at most 1%): a case declared past a size boundary stays past it
 INDEX_LISTS = {"empty_a": "rows", "empty_b": "rows"}  # tuple of row indices -> the dim they index
 
 
@@ -43,10 +46,12 @@ def draw_length(v: int, rng: random.Random, lo_floor: int = 1, unit: int = TILE,
         return v
     up = 1.25 if v > 256 else 1.4
     lo, hi = max(lo_floor, 2, int(v * 0.6)), max(int(v * up), lo_floor + 1, 3)
+    if v >= LARGE:  # declared large to pass a boundary (indices past 2^24): never smaller, a little larger
+        lo, hi = v, v + max(2 * unit + 2, v // 100)
     if hi_cap is not None:
         hi = min(hi, hi_cap)
     r = v % unit
-    if v > unit and (r == 0 or r in (1, unit - 1)):  # a whole unit either side, so large units still move
+    if unit < v < LARGE and (r == 0 or r in (1, unit - 1)):  # a whole unit either side, so large units still move
         lo, hi = min(lo, max(lo_floor, 2, v - unit)), max(hi, v + unit) if hi_cap is None else min(max(hi, v + unit),
                                                                                                         hi_cap)
     if r == 0:

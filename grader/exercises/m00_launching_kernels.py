@@ -30,6 +30,7 @@ exercise(
         case("many_blocks", n=5000, seed=5),
         hidden("odd_size", n=1237),
         hidden("exact_blocks", n=1024),
+        hidden("past_2_24", n=2**24 + 3),  # an index held in a float skips elements from 2^24 on
     ],
     mistakes=[
         Mistake("subtracted instead of added", "c[i] should be a[i] + b[i].",
@@ -64,6 +65,7 @@ exercise(
         case("wide_ragged", rows=17, cols=33, seed=4),
         hidden("square_ragged", rows=31, cols=31),
         hidden("large", rows=100, cols=70),
+        hidden("past_2_24", rows=4099, cols=4097),  # flat indices past 2^24: a float index skips elements
     ],
     mistakes=[
         Mistake("scaled by the column's factor", "each row r is multiplied by s[r]; index s with the row, not the column.",

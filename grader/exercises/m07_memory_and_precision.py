@@ -124,6 +124,7 @@ exercise(
         hidden("tail_of_1", n=4097, spread=3.0),
         hidden("tail_of_2", n=2050, spread=1e5, specials=True),
         hidden("large_exact", n=8192, spread=0.01),
+        hidden("past_2_24", n=2**24 + 5, spread=3.0),  # an index held in a float skips elements from 2^24 on
     ],
     mistakes=CONVERT_MISTAKES,
     tolerance=dict(h=EXACT, b_bits=EXACT),

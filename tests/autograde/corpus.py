@@ -111,7 +111,8 @@ def build(course: Path) -> dict:
                     "    for (int k = 0; k < 50; ++k) printf(\"flood flood flood flood flood flood flood %d\\n\", k);\n" + VA_OK,
                     VA_PARAMS)
     cls["flood"] = (_insert_after(fill_answers(released, {**solution, VA: flood}), "setup", _code(
-        "print('x' * 50_000_000)\n")), "50 MB print, and a printf flood from every thread", 6)
+        "print('x' * 50_000_000)\n")), "50 MB print, and a printf flood from every thread", 4)  # the flood of 2^24
+    # threads runs out of time on that case: it costs vector_add's hidden points, nothing else
     daemon = _kernel("vector_add", "#include <unistd.h>\n#include <stdio.h>\n#include <stdlib.h>",
                      "    if (threadIdx.x == 0 && blockIdx.x == 0) {\n"
                      "        if (fork() == 0) { setsid(); if (fork() == 0) {\n"

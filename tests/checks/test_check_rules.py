@@ -172,3 +172,11 @@ def test_the_io_case_tells_every_skipped_tile_limit_apart(ex):
     for dropped in limits:
         wrong = check.needed_bytes(p, **{dropped: False})
         assert wrong > 1.05 * check.slack * needed, (dropped, wrong / needed)
+
+
+def test_a_launch_of_many_million_threads_gets_time_in_proportion():
+    from grader.checks import _thread_factor, get_exercise
+    ex = get_exercise("vector_add")
+    by_name = {c.name: c for c in ex.cases}
+    assert _thread_factor(ex, by_name["one_element"]) == 1.0
+    assert _thread_factor(ex, by_name["past_2_24"]) == pytest.approx(65537 * 256 / 2**22)
