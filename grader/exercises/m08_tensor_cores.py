@@ -12,7 +12,7 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..checks import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import forward_mistakes, forward_with_mask, tile_skipping_io
+from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, tile_skipping_io
 
 MODULE = "08_tensor_cores"
 F16, F32 = np.float16, np.float32
@@ -67,6 +67,12 @@ def _matmul_ref(p, x):
     return dict(C=ref.matmul(x["A"], x["B"]))
 
 
+def matmul_magnitude(p, x):
+    """The size of the terms behind each C[i, j]: sum_k |A_ik B_kj| (an fp32 accumulation's error
+    scales with it, not with |C|, which cancellation can make small)."""
+    return dict(C=ref.matmul(np.abs(x["A"].astype(np.float64)), np.abs(x["B"].astype(np.float64))))
+
+
 def _first_k_tile(depth):
     return Mistake("only the first tile along K", f"loop over all ceil_div(K, {depth}) steps along K, not just the first.",
                    lambda p, x: dict(C=ref.matmul(x["A"][:, :depth], x["B"][:depth])) if p.K > depth else None)
@@ -96,6 +102,7 @@ exercise(
     make_inputs=_ab,
     outputs=dict(C=lambda p: ((p.M, p.N), F32)),
     reference=_matmul_ref,
+    magnitude=matmul_magnitude,
     args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
     grid=lambda p: (ceil_div(p.N, 32), ceil_div(p.M, 32)),
     block=lambda p: 128,
@@ -140,6 +147,7 @@ exercise(
     make_inputs=_ab,
     outputs=dict(C=lambda p: ((p.M, p.N), F32)),
     reference=_matmul_ref,
+    magnitude=matmul_magnitude,
     args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
     grid=lambda p: (ceil_div(p.N, TILE), ceil_div(p.M, TILE)),
     block=lambda p: 128,
@@ -190,6 +198,8 @@ exercise(
     make_inputs=_qk_inputs,
     outputs=dict(S=lambda p: ((p.N, p.N), F32)),
     reference=lambda p, x: dict(S=_scores(x["Q"], x["K"], _qk_scale(p))),
+    magnitude=lambda p, x: dict(S=abs(float(_qk_scale(p))) * (np.abs(x["Q"].astype(np.float64))
+                                                             @ np.abs(x["K"].astype(np.float64)).T)),
     args=lambda p, a: (a.Q, a.K, a.S, np.int32(p.N), _qk_scale(p)),
     grid=lambda p: ceil_div(p.N, TILE),
     block=lambda p: 128,
@@ -361,6 +371,11 @@ CAUSAL_CASES = [
 ]
 
 
+def _flash_magnitude(p, x):
+    return forward_magnitude({n: np.asarray(x[n], np.float32) for n in "QKV"}, float(_flash_scale(p)),
+                             causal=getattr(p, "causal", False))
+
+
 def _flash_ref(p, x):
     o, lse = ref.attention_forward(x["Q"], x["K"], x["V"], causal=getattr(p, "causal", False),
                                    scale=float(_flash_scale(p)))
@@ -511,6 +526,7 @@ def _flash_exercise(head_dim, bf16=False, causal=False):
         make_inputs=_flash_inputs_bf16 if bf16 else _flash_inputs,
         outputs=dict(O=lambda p: ((p.B, p.H, p.N, p.d), BF16 if bf16 else F16), L=lambda p: ((p.B, p.H, p.N), F32)),
         reference=(lambda p, x: _flash_ref(p, _bf16_as_values(x))) if bf16 else _flash_ref,
+        magnitude=(lambda p, x: _flash_magnitude(p, _bf16_as_values(x))) if bf16 else _flash_magnitude,
         args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), _flash_scale(p)),
         grid=lambda p: (ceil_div(p.N, TILE), p.H, p.B),
         block=lambda p: 128,

@@ -16,7 +16,7 @@ from ..launch import ceil_div
 from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
 from .m08_tensor_cores import C_ROWS, FLASH_MISTAKES, MATMUL_SIGNATURE, _ab, _blocks8_transposed, _c_rows_paired, \
-    _first_k_tile, _half_accumulation, _matmul_ref
+    _first_k_tile, _half_accumulation, _matmul_ref, matmul_magnitude
 
 MODULE = "09_pipelines"
 F16, F32 = np.float16, np.float32
@@ -50,6 +50,7 @@ exercise(
     make_inputs=_ab,
     outputs=dict(C=lambda p: ((p.M, p.N), F32)),
     reference=_matmul_ref,
+    magnitude=matmul_magnitude,
     args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
     grid=lambda p: (ceil_div(p.N, GEMM_BN), ceil_div(p.M, GEMM_BM)),
     block=lambda p: 32 * GEMM_WARPS[0] * GEMM_WARPS[1],
