@@ -260,7 +260,7 @@ def _generic_diagnosis(name, got, want, unwritten, p) -> str | None:
             elif scale and np.isclose(r, 1 / scale, rtol=1e-3):
                 extra = " That factor is 1/scale: the scale is never applied."
             return f"every element of {name} is off by the same factor {r:.6g}.{extra}"
-    if want.ndim >= 2 and written.all():
+    if want.ndim >= 2 and written.all() and np.isfinite(want).all():
         with np.errstate(divide="ignore", invalid="ignore"):
             rows = got.astype(np.float64) / want
         rows = rows.reshape(-1, want.shape[-1])
@@ -268,7 +268,7 @@ def _generic_diagnosis(name, got, want, unwritten, p) -> str | None:
         if ok:
             per_row = np.median(rows, axis=1)
             constant_in_row = np.allclose(rows, per_row[:, None], rtol=1e-3)
-            if constant_in_row and not np.allclose(per_row, per_row[0], rtol=1e-3):
+            if constant_in_row and not np.allclose(per_row, per_row[0], rtol=1e-3) and (per_row != 0).all():
                 return (f"each row of {name} is off by its own factor (from {per_row.min():.4g} to {per_row.max():.4g}): "
                         "a per-row normalisation is missing or wrong, e.g. not dividing by the row sum l.")
     if written.all() and np.isfinite(g).all() and np.isfinite(w).all():

@@ -397,7 +397,8 @@ def _merge_cases(d):
         case("more_splits_than_keys", B=1, H=2, n_q=2, N=10, splits=16, lengths=(10,), d=d, seed=4),
         case("lengths_0_1_full", B=3, H=2, n_q=2, N=70, splits=4, lengths=(70, 1, 0), d=d, seed=5),
         case("large_logits", B=1, H=2, n_q=3, N=80, splits=4, lengths=(80,), spread=60.0, d=d, seed=6),
-        case("max_in_last_split", B=1, H=1, n_q=2, N=120, splits=3, lengths=(120,), late_peak=30.0, d=d, seed=7),
+        # 120 above the first split's keys: e^(L_s - L_0) overflows float, so the base must be the max of all splits
+        case("max_in_last_split", B=1, H=1, n_q=2, N=120, splits=3, lengths=(120,), late_peak=120.0, d=d, seed=7),
         case("scores_below_minus_87", B=1, H=1, n_q=2, N=60, splits=3, lengths=(60,), negative=150.0, d=d, seed=8),
         hidden("sizes_odd", B=2, H=3, n_q=5, N=133, splits=5, lengths=(133, 77), d=d),
         hidden("sixteen_queries_many_splits", B=2, H=1, n_q=16, N=200, splits=9, lengths=(0, 150), spread=30.0, d=d),
