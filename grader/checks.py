@@ -469,7 +469,7 @@ def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
                 break
             if not _within(np.asarray(expected[name], dtype=np.float64), w, *loose, mags.get(name)).all():
                 distinct = True
-        if matches and distinct:
+        if matches and distinct and f"{m.name}: {m.explain}" not in found:  # (one mistake may have several models)
             found.append(f"{m.name}: {m.explain}")
     if not found:
         return None

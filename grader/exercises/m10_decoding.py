@@ -9,7 +9,10 @@ O [B, H, n_q, d] and L [B, H, n_q]. Split s of a head owns keys [s * chunk, min(
 lengths[b])) with chunk = ceil_div(N, splits).
 
 The named mistakes simulate, in float64, what a kernel computes with the wrong chunk bounds,
-the wrong weights or the wrong guards, so a failing check can say which.
+the wrong weights or the wrong guards, so a failing check can say which. Those inside a block of
+decode_split (a reduction across slots, the slots' merge, a missing -inf guard, the query groups) follow
+the notebook's layout: SLOTS slots of d / 8 lanes, slot r taking the keys start + r, start + r + SLOTS, ...,
+and groups of QG = 4 queries; a kernel laid out otherwise is judged by the other checks only.
 """
 import functools
 
@@ -23,6 +26,8 @@ from ._attention import max_from_zero, score_sizes
 MODULE = "10_decoding"
 F16, F32 = np.float16, np.float32
 SPLIT_THREADS = 128  # decode_split: 4 warps
+QG = 4  # decode_split's queries per walk over the chunk (the notebook's layout)
+LOG2E, LN2 = float(np.log2(np.e)), float(np.log(2.0))
 MERGE_THREADS = 128  # decode_merge
 H100_SMS = 132
 H100_HBM_TBPS = 3.35  # H100 SXM5 HBM3 bandwidth: NVIDIA's H100 Tensor Core GPU datasheet
@@ -166,7 +171,116 @@ def _max_from_zero(p, x):
     return _as_split(max_from_zero(dict(Q=q, K=k, V=v), float(scale_of(p)), _keep(p)[..., None, :]))
 
 
+def _slots(p):
+    """Slots of decode_split's layout: LANES_PER_KEY = d / 8 lanes read one key row, so 128 threads make
+    16 slots (d = 64) or 8 (d = 128); slot r of split s takes the keys start + r, start + r + SLOTS, ..."""
+    return SPLIT_THREADS // (p.d // 8)
+
+
+def _split_scores(p, x, keep=None, scale=None):
+    """[B, H, splits, n_q, N]: the natural-log scores of each split's keys, -inf for the keys it does not own."""
+    q, k, _ = _per_split(x)
+    keep = _keep(p) if keep is None else keep
+    s = ref.scaled_scores(q, k, float(scale_of(p)) if scale is None else scale)
+    return np.where(keep[..., None, :], s, -np.inf)
+
+
+def _state_of(s, v):
+    """Module 03's state (m, l, acc) of scores s [..., n_q, N] (-inf: not attended) over the rows of v."""
+    m = s.max(axis=-1)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0)[..., None])
+    return m, e.sum(axis=-1), e @ v
+
+
+def _from_scores(x, s):
+    return _as_split(ref.finalize_state(_state_of(s, _per_split(x)[2])))
+
+
+def _transposed_partials(p, x):
+    """O_part and L_part written [n_q][splits] per head: query i of split s at row (head * n_q + i) * splits + s."""
+    if p.n_q == 1 or p.splits == 1:
+        return None
+    o, lse = partials(p, x)
+    return dict(O_part=np.swapaxes(o, 2, 3).reshape(o.shape), L_part=np.swapaxes(lse, 2, 3).reshape(lse.shape))
+
+
+def _q_rows_from_zero(p, x):
+    """Query q0 + i of every group of QG computed with Q row i (q0 forgotten in the load)."""
+    if p.n_q <= QG:
+        return None
+    return _as_split(partials(p, dict(x, Q=np.asarray(x["Q"])[:, :, np.arange(p.n_q) % QG])))
+
+
+def _scores_summed(group):
+    """Every key's score replaced by the sum of the scores of the ``group`` keys that ``group`` neighbouring
+    slots hold in one step (a shuffle reduction over group * LANES_PER_KEY lanes): keys start + group * t ..
+    start + group * t + group - 1 of the split, those past its end adding 0 (their rows were loaded as zeros)."""
+    def wrong(p, x):
+        if group * (p.d // 8) > 32:  # more lanes than a warp has
+            return None
+        chunk = ceil_div(p.N, p.splits)
+        s = _split_scores(p, x)
+        own = np.where(np.isfinite(s), s, 0.0)
+        summed = np.zeros_like(own)
+        for split in range(p.splits):
+            start = split * chunk
+            part = own[:, :, split, :, start:start + chunk]
+            n = part.shape[-1]
+            if n == 0:
+                continue
+            pad = np.concatenate([part, np.zeros(part.shape[:-1] + (-n % group,))], axis=-1)
+            sums = pad.reshape(pad.shape[:-1] + (-1, group)).sum(axis=-1)
+            summed[:, :, split, :, start:start + n] = np.repeat(sums, group, axis=-1)[..., :n]
+        return _from_scores(x, np.where(np.isfinite(s), summed, -np.inf))
+    return wrong
+
+
+def _slot_states(p, x):
+    """The online-softmax state (m, l, acc) of each of the SLOTS slots of every split, in the natural log."""
+    slots, chunk = _slots(p), ceil_div(p.N, p.splits)
+    slot_of = (np.arange(p.N)[None, :] - np.arange(p.splits)[:, None] * chunk) % slots  # [splits, N]
+    s, v = _split_scores(p, x), _per_split(x)[2]
+    return [_state_of(np.where((slot_of == r)[:, None, :], s, -np.inf), v) for r in range(slots)]
+
+
+def _slots_unweighted(p, x):
+    """The slots' (l, acc) added up without the factors exp(m_r - m): O = sum acc_r / sum l_r, L = m + log sum l_r."""
+    states = _slot_states(p, x)
+    m = np.max([st[0] for st in states], axis=0)
+    return _as_split(ref.finalize_state((m, sum(st[1] for st in states), sum(st[2] for st in states))))
+
+
+def _slots_normalised_first(p, x):
+    """Each slot's acc divided by its own l before the (weighted) slot merge divides by the merged l again;
+    a slot with no key gives 0 / 0 = NaN (and an empty split O = 0)."""
+    states = _slot_states(p, x)
+    m = np.max([st[0] for st in states], axis=0)
+    shift = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = [np.exp(st[0] - shift) for st in states]
+        o = sum(wr[..., None] * (st[2] / st[1][..., None]) for wr, st in zip(w, states))
+        l_sum = sum(wr * st[1] for wr, st in zip(w, states))
+        return dict(O_part=np.where((l_sum > 0)[..., None], o / np.where(l_sum > 0, l_sum, 1.0)[..., None], 0.0))
+
+
+def _short_chunks_empty(p, x):
+    """Without the -inf guard in the online softmax step, a slot with no key in the first step gets
+    exp2f(-inf - (-inf)) = NaN in l and acc: every split with fewer keys than SLOTS (but some) comes out as an
+    empty one (O = 0, L = -inf), or NaN."""
+    keep = _keep(p)
+    count = keep.sum(axis=-1)
+    short = (count > 0) & (count < _slots(p))
+    if not short.any():
+        return None
+    return _as_split(partials(p, x, keep & ~short[..., None]))
+
+
 SPLIT_MISTAKES = [
+    Mistake("online softmax step without the -INFINITY guard",
+            "a slot whose keys in a step are all past end (a chunk with fewer keys than the SLOTS slots) still has "
+            "m_new = -INFINITY, and exp2f(m - m_new) = exp2f(-inf + inf) = NaN poisons its l and acc, so the whole "
+            "split comes out empty (or NaN): subtract base = (m_new == -INFINITY ? 0 : m_new) instead of m_new.",
+            _short_chunks_empty),
     Mistake("padding keys included",
             "keys j >= lengths[b] are padding: a split's keys end at min((s + 1) * chunk, lengths[b]), not at "
             "(s + 1) * chunk or N.",
@@ -208,6 +322,39 @@ SPLIT_MISTAKES = [
             lambda p, x: _as_split(partials(p, x, scale=1.0))),
     Mistake("scale applied twice", "scores are scale * (q . k); multiply once.",
             lambda p, x: _as_split(partials(p, x, scale=float(scale_of(p)) ** 2))),
+    Mistake("expf on scores in the log2 domain",
+            "q is multiplied by scale * log2(e), so the scores are in base 2: exponentiate them with exp2f (expf "
+            "weighs key j by e^(1.44 s_j), a softmax with the wrong scale), or multiply q by the scale alone and use "
+            "expf and logf throughout.",
+            lambda p, x: dict(O_part=partials(p, x, scale=float(scale_of(p)) * LOG2E)[0])),
+    Mistake("scores not multiplied by log2(e) before exp2f",
+            "exp2f(x) is e^(x ln 2): with q multiplied by the scale alone, exp2f weighs key j by e^(0.69 s_j). "
+            "Multiply q by scale * log2(e) once (then L = (m + log2f(l)) * ln 2), or use expf and logf throughout.",
+            lambda p, x: _as_split(partials(p, x, scale=float(scale_of(p)) * LN2))),
+    Mistake("O_part and L_part indexed [n_q][splits]",
+            "the partial results of head (b, h) are laid out [splits][n_q]: query i of split s is row "
+            "(head * splits + s) * n_q + i of L_part (and that row times HEAD_DIM in O_part), not "
+            "(head * n_q + i) * splits + s.",
+            _transposed_partials),
+    Mistake("Q row i loaded instead of row q0 + i",
+            f"query q0 + i of the group of {QG} that starts at q0 is row head * n_q + q0 + i of Q: loading row "
+            f"head * n_q + i computes every later group with the q of queries 0 .. {QG - 1}.",
+            _q_rows_from_zero),
+    *(Mistake("score reduced across slots",
+              "a key's score is the sum of the partial dot products of its own slot's LANES_PER_KEY = HEAD_DIM / 8 "
+              "lanes: shuffle with the offsets LANES_PER_KEY / 2, ..., 1. Offsets that reach further (16, as in "
+              f"module 03's full-warp butterfly) add in the dot products of the keys the neighbouring slots hold "
+              f"(here {group} keys share one score).",
+              _scores_summed(group)) for group in (2, 4)),
+    Mistake("slot states merged without their weights",
+            "each slot's l and acc are measured against its own max m_r: multiply both by exp2f(m_r - m), m the max "
+            "over the slots, before adding them up (module 03's merge); the plain sums mix terms of different scales.",
+            _slots_unweighted),
+    Mistake("O divided by l twice",
+            "divide by l once: each slot's acc goes to shared memory unnormalised (acc, not acc / l: it is a state, "
+            "merged with the weights exp2f(m_r - m) l_r), and the merged o / l_sum is the only division (a slot with "
+            "no key would also give 0 / 0 = NaN).",
+            _slots_normalised_first),
 ]
 
 
@@ -345,11 +492,39 @@ def _empty_entry_nan(p, x):
     return dict(O=np.where(empty[..., None], np.nan, _merge_ref(p, x)["O"]))
 
 
-def _base2_weights(p, x):
+def _weights_in_base(c, log2_of_l=False):
+    """Weights e^(c (L_s - m)) instead of e^(L_s - m): c = ln 2 (exp2f of the natural-log difference),
+    c = log2(e) (expf of the difference converted to the log2 domain); L = m + log(l) or m + log2(l)."""
+    def wrong(p, x):
+        if p.splits == 1:
+            return None
+        lse = _lse(x)
+        m = lse.max(axis=2)
+        shift = np.where(np.isfinite(m), m, 0.0)
+        o, log_l = _weighted(x, np.exp(c * (lse - shift[:, :, None])))
+        return dict(O=o, L=shift + (log_l * LOG2E if log2_of_l else log_l))
+    return wrong
+
+
+def _max_counted_twice(p, x):
+    """Weights expf(L_s) (the max not subtracted) but L = m + logf(l): L comes out as m + L. None where some
+    entry's sum of e^(L_s) overflows or underflows float: there the unshifted weights are the mistake to name."""
     lse = _lse(x)
-    m = lse.max(axis=2)
-    shift = np.where(np.isfinite(m), m, 0.0)[:, :, None]
-    return dict(O=_weighted(x, np.exp2(lse - shift))[0])
+    total = _float32_exp(lse).sum(axis=2)
+    if (np.isfinite(lse).any(axis=2) & ~(np.isfinite(total) & (total > 0))).any():
+        return None
+    o, log_l = _weighted(x, _float32_exp(lse))
+    return dict(O=o, L=lse.max(axis=2) + log_l)
+
+
+def _read_transposed(p, x):
+    """O_part and L_part read as [n_q][splits] per head: split s of query i at row (head * n_q + i) * splits + s."""
+    if p.n_q == 1 or p.splits == 1:
+        return None
+    lse, o = _lse(x), np.asarray(x["O_part"], np.float64)
+    B, H, S, Q = lse.shape
+    return _merge_ref(p, dict(O_part=o.reshape(B, H, Q, S, -1).swapaxes(2, 3),
+                              L_part=lse.reshape(B, H, Q, S).swapaxes(2, 3)))
 
 
 def _l_without_max(p, x):
@@ -380,10 +555,24 @@ MERGE_MISTAKES = [
             "e^{L_s - m} = e^{-inf - (-inf)} = NaN: subtract 0 instead of an infinite max and write O = 0, "
             "L = -INFINITY for the entry.",
             _empty_entry_nan),
-    Mistake("merge weights in base 2",
-            "L_part is a natural-log logsumexp: the weight of split s is expf(L_s - m) (or exp2f((L_s - m) * log2(e)), "
-            "not exp2f(L_s - m)), and L = m + logf(l).",
-            _base2_weights),
+    *(Mistake("merge weights in base 2",
+              "L_part is a natural-log logsumexp: the weight of split s is expf(L_s - m) (or exp2f((L_s - m) * "
+              "log2(e)), not exp2f(L_s - m)), and L = m + logf(l).",
+              _weights_in_base(LN2, log2_of_l)) for log2_of_l in (True, False)),
+    Mistake("merge weights expf((L_s - m) * log2(e))",
+            "(L_s - m) * log2(e) is an exponent for exp2f, which gives e^(L_s - m) back; expf of it weighs split s by "
+            "e^(1.44 (L_s - m)). Use expf(L_s - m), or exp2f((L_s - m) * log2(e)).",
+            _weights_in_base(LOG2E)),
+    Mistake("the max counted twice in L",
+            "with weights expf(L_s) (the max not subtracted) the sum l is already e^L, so L = m + logf(l) adds the max "
+            "once more (2 L with one split): use the weights expf(L_s - m), which also keep e^x from overflowing, and "
+            "L = m + logf(l).",
+            _max_counted_twice),
+    Mistake("O_part and L_part read as [n_q][splits]",
+            "the partial results of head (b, h) are laid out [splits][n_q]: split s of query i is row "
+            "(head * splits + s) * n_q + i of L_part (and that row times HEAD_DIM in O_part), not "
+            "(head * n_q + i) * splits + s.",
+            _read_transposed),
     Mistake("L without the max", "L = m + log(l): the sum l of the weights e^{L_s - m} is measured relative to m.",
             _l_without_max),
 ]
