@@ -9,8 +9,9 @@ The class: ``--students`` students, each handing in every module 00-06 (so stude
 submissions). Student k's notebooks are, by k mod 6: the full solutions; the release
 untouched; solutions with wrong kernels from ``tests/wrong/`` in place of every kernel that has
 one; solutions whose first kernel never ends; solutions whose first kernel aborts; the full
-solutions again. Prints submissions per minute and checks per minute for each worker count and
-writes a JSON record (``--json``). The emulator runtime is built before timing starts.
+solutions again. All modules are graded in one call (one pool, as ``python -m grader autograde
+MOD1 MOD2 ...`` does). Prints submissions per minute and checks per minute for each worker count
+and writes a JSON record (``--json``). The emulator runtime is built before timing starts.
 """
 from __future__ import annotations
 
@@ -104,12 +105,10 @@ def main() -> int:
     records = []
     runs = [("scheduler", a.scheduler)] if a.scheduler else [("workers", w) for w in a.workers]
     for kind, value in runs:
-        checks = 0
         t0 = time.monotonic()
-        for m in modules:
-            out = autograde(m, root=course, seed=12345, limits=limits, students=students, quiet=True,
-                            write_notebooks=False, **({"scheduler": value} if kind == "scheduler" else {"workers": value}))
-            checks += out["checks"]
+        outs = autograde(modules, root=course, seed=12345, limits=limits, students=students, quiet=True,
+                         write_notebooks=False, **({"scheduler": value} if kind == "scheduler" else {"workers": value}))
+        checks = sum(out["checks"] for out in outs.values())
         dt = time.monotonic() - t0
         rec = {kind: value, "submissions": n_sub, "checks": checks, "seconds": round(dt, 1),
                "submissions_per_min": round(n_sub / dt * 60, 2), "checks_per_min": round(checks / dt * 60, 2)}

@@ -190,36 +190,102 @@ def _short(outcome, result) -> str:
     return f"{n}/{len(cases)} cases passed"
 
 
-def autograde(module: str, *, root: Path | str = ROOT, submissions: str | Path = "grading/submitted",
+def autograde(module: str | list[str], *, root: Path | str = ROOT, submissions: str | Path = "grading/submitted",
               workers: int | None = None, scheduler: str | None = None, seed: int | None = None,
               limits: Limits | None = None, backend: str = "cpu", draw_shapes: bool = True,
               grader_ref: str | None = None, db: str | None = None, students: list | None = None,
               out_dir: str | Path | None = None, write_notebooks: bool = True, fresh_runtime: bool = False,
               quiet: bool = False, progress_stream=None, keep_runtime: bool = True) -> dict:
+    """Grade one module (returns its result) or several (a list: returns {module: result}). The
+    checks of several modules share one pool, so no worker waits for a module's last check while
+    another module's are queued."""
     t0 = time.monotonic()
     root = Path(root).resolve()
     limits = limits or Limits()
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
-    layouts = load_layout(root, module)
-    if not layouts:
-        raise SystemExit(f"no released notebook in {root / 'exercises' / module}")
+    modules = [module] if isinstance(module, str) else list(module)
+    if out_dir is not None and len(modules) > 1:
+        raise SystemExit("out_dir names one module's report folder: grade one module with it")
     submitted = Path(submissions)
     submitted = submitted if submitted.is_absolute() else root / submitted
-    subs = _read_submissions(root, submitted, module, layouts, students)
-    by_name = {lay.name: lay for lay in layouts}
-
     if seed is None:
         env = os.environ.get("GRADER_SEED")
         seed = int(env) if env else secrets.randbits(62)
     sandbox = bwrap_path() is not None
-    notes = [] if sandbox else [
+    shared_notes = [] if sandbox else [
         "bwrap (bubblewrap) is not installed, or cannot make a sandbox on this machine (unprivileged user "
         "namespaces off): each check ran in its own process and session with rlimits, but WITHOUT "
         "file-system, network or PID isolation (apt-get install bubblewrap; `python -m grader doctor` says which)."]
-    for lay in layouts:
-        notes += [f"{lay.name}: {p}" for p in lay.problems]
+    plans = [_plan(root, m, submitted, students, seed, backend, draw_shapes) for m in modules]
 
-    # ------------------------------------------------------------------ jobs
+    # ------------------------------------------------------------------ the pristine grader
+    if grader_ref:
+        data = bundle_from_git(root, grader_ref)
+    else:
+        data = bundle_from_dir(root / "grader")
+        dirty = _git_dirty(root)
+        if dirty:
+            shared_notes.append("grader/ differs from the git commit (graded with the working tree's copy; "
+                                "--grader-ref HEAD grades with the commit): " + ", ".join(dirty[:12]))
+    digest = bundle_hash(data)
+    run_id = secrets.token_hex(4) if (fresh_runtime or not sandbox) else "shared"
+    bundle = Bundle(data, digest, run_id)
+    n_workers = workers or os.cpu_count() or 1
+    jobs = [Job((plan.module,) + job.key, job.payload) for plan in plans for job in plan.jobs]
+    progress = Progress(len(jobs), n_workers if not scheduler else 0, progress_stream, every_s=0 if quiet else 5.0)
+    if quiet and progress_stream is None:
+        progress = None
+    for plan in plans:
+        say(f"autograde {plan.module}: {len(plan.subs)} notebook(s), {len(plan.jobs)} check(s), "
+            + (f"Dask scheduler {scheduler}" if scheduler else f"{n_workers} worker(s)")
+            + ("" if sandbox else " (NO SANDBOX: bwrap missing)"))
+    t_jobs = time.monotonic()
+    rt = None
+    if scheduler:
+        results = run_dask(scheduler, bundle, jobs, limits, progress)
+    else:
+        rt = ensure_runtime(bundle, limits)
+        t_jobs = time.monotonic()
+        results = run_local(rt, jobs, limits, n_workers, progress)
+    seconds_checks = time.monotonic() - t_jobs
+    by_key = {r.key: r for r in results}
+
+    info = {"seed_digest": hashlib.sha256(str(seed).encode()).hexdigest()[:12], "grader": digest,
+            "sandbox": "bwrap" if sandbox else "none", "backend": backend}
+    outs = {}
+    for plan in plans:
+        mine = {key[1:]: r for key, r in by_key.items() if key[0] == plan.module}
+        outs[plan.module] = _finish(plan, mine, root, db, out_dir, write_notebooks, shared_notes, seed, info,
+                                    seconds_checks, n_workers, scheduler, say, len(jobs))
+    if rt is not None and not keep_runtime and run_id != "shared":
+        remove_runtime(rt)
+    for out in outs.values():
+        out["seconds"] = time.monotonic() - t0
+    return outs[modules[0]] if isinstance(module, str) else outs
+
+
+@dataclass
+class _Plan:
+    """One module's submissions and the checks they need."""
+    module: str
+    layouts: list
+    subs: list
+    jobs: list
+    answers_of: dict
+    notes: list
+
+    @property
+    def by_name(self) -> dict:
+        return {lay.name: lay for lay in self.layouts}
+
+
+def _plan(root: Path, module: str, submitted: Path, students, seed: int, backend: str, draw_shapes: bool) -> _Plan:
+    layouts = load_layout(root, module)
+    if not layouts:
+        raise SystemExit(f"no released notebook in {root / 'exercises' / module}")
+    subs = _read_submissions(root, submitted, module, layouts, students)
+    by_name = {lay.name: lay for lay in layouts}
+    notes = [f"{lay.name}: {p}" for lay in layouts for p in lay.problems]
     jobs, answers_of = [], {}
     for s in subs:
         if s.nb is None:
@@ -239,37 +305,14 @@ def autograde(module: str, *, root: Path | str = ROOT, submissions: str | Path =
                        "shape_seed": derive_seed(seed, s.student, ex, "shapes"),
                        "backend": backend, "draw_shapes": draw_shapes}
             jobs.append(Job((s.student, s.notebook, ex), payload))
+    return _Plan(module, layouts, subs, jobs, answers_of, notes)
 
-    # ------------------------------------------------------------------ the pristine grader
-    if grader_ref:
-        data = bundle_from_git(root, grader_ref)
-    else:
-        data = bundle_from_dir(root / "grader")
-        dirty = _git_dirty(root)
-        if dirty:
-            notes.append("grader/ differs from the git commit (graded with the working tree's copy; "
-                         "--grader-ref HEAD grades with the commit): " + ", ".join(dirty[:12]))
-    digest = bundle_hash(data)
-    run_id = secrets.token_hex(4) if (fresh_runtime or not sandbox) else "shared"
-    bundle = Bundle(data, digest, run_id)
-    n_workers = workers or os.cpu_count() or 1
-    progress = Progress(len(jobs), n_workers if not scheduler else 0, progress_stream, every_s=0 if quiet else 5.0)
-    if quiet and progress_stream is None:
-        progress = None
-    say(f"autograde {module}: {len(subs)} notebook(s), {len(jobs)} check(s), "
-        + (f"Dask scheduler {scheduler}" if scheduler else f"{n_workers} worker(s)")
-        + ("" if sandbox else " (NO SANDBOX: bwrap missing)"))
-    t_jobs = time.monotonic()
-    rt = None
-    if scheduler:
-        results = run_dask(scheduler, bundle, jobs, limits, progress)
-    else:
-        rt = ensure_runtime(bundle, limits)
-        t_jobs = time.monotonic()
-        results = run_local(rt, jobs, limits, n_workers, progress)
-    seconds_checks = time.monotonic() - t_jobs
-    by_key = {r.key: r for r in results}
 
+def _finish(plan: _Plan, by_key: dict, root: Path, db, out_dir, write_notebooks: bool, shared_notes: list,
+            seed: int, info: dict, seconds_checks: float, n_workers: int, scheduler, say, pool_jobs: int) -> dict:
+    """One module's scores into the gradebook, its clean notebooks and its report."""
+    module, layouts, subs, by_name, answers_of = plan.module, plan.layouts, plan.subs, plan.by_name, plan.answers_of
+    notes = shared_notes + plan.notes
     # ------------------------------------------------------------------ scores
     rows = []
     for s in subs:
@@ -314,8 +357,6 @@ def autograde(module: str, *, root: Path | str = ROOT, submissions: str | Path =
     out_dir.mkdir(parents=True, exist_ok=True)
     autograded = root / "grading" / "autograded"
     url = _db_url(root, db)
-    info = {"seed_digest": hashlib.sha256(str(seed).encode()).hexdigest()[:12], "grader": digest,
-            "sandbox": "bwrap" if sandbox else "none", "backend": backend}
     import warnings
 
     with Gradebook(url) as gb, warnings.catch_warnings():
@@ -373,15 +414,16 @@ def autograde(module: str, *, root: Path | str = ROOT, submissions: str | Path =
                 nb_path.parent.mkdir(parents=True, exist_ok=True)
                 nb_path.write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n")
 
-    if rt is not None and not keep_runtime and run_id != "shared":
-        remove_runtime(rt)
-    report = _report(module, rows, subs, notes, seed, info, seconds_checks, len(jobs), n_workers, scheduler)
+    report = _report(module, rows, subs, notes, seed, info, seconds_checks, len(plan.jobs), n_workers, scheduler,
+                     pool_jobs)
     (out_dir / "report.json").write_text(json.dumps(report["json"], indent=1) + "\n")
     (out_dir / "report.txt").write_text(report["text"] + "\n")
     say(report["text"])
     say(f"report: {out_dir / 'report.txt'}  (seed and details: report.json, instructor only)")
-    return {"rows": rows, "report": report["json"], "text": report["text"], "seconds": time.monotonic() - t0,
-            "seconds_checks": seconds_checks, "checks": len(jobs), "out_dir": out_dir, "seed": seed}
+    return {"rows": rows, "report": report["json"], "text": report["text"],
+            "seconds_checks": seconds_checks, "checks": len(plan.jobs), "out_dir": out_dir, "seed": seed}
+
+
 
 
 def _cell_summary(res: dict, hidden: bool) -> str:
@@ -428,8 +470,10 @@ def _git_dirty(root: Path) -> list[str]:
     return [ln[3:] for ln in out.stdout.splitlines() if ln.strip() and not ln[3:].startswith("grader/autograde")]
 
 
-def _report(module, rows, subs, notes, seed, info, seconds, n_jobs, workers, scheduler) -> dict:
-    lines = [f"clean autograde of {module}: {len(rows)} notebook(s), {n_jobs} check(s) in {seconds:.0f} s "
+def _report(module, rows, subs, notes, seed, info, seconds, n_jobs, workers, scheduler, pool_jobs=None) -> dict:
+    took = f"in {seconds:.0f} s" if pool_jobs in (None, n_jobs) else \
+        f"among {pool_jobs} of several modules run together in {seconds:.0f} s"
+    lines = [f"clean autograde of {module}: {len(rows)} notebook(s), {n_jobs} check(s) {took} "
              f"({'Dask ' + scheduler if scheduler else f'{workers} worker(s)'}; sandbox: {info['sandbox']}; "
              f"backend: {info['backend']})"]
     for n in notes:

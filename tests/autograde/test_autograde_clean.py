@@ -160,3 +160,40 @@ def test_dask_gives_the_same_scores(tmp_path):
                            limits=lim, write_notebooks=False)
     assert [(r.student, [c.score for c in r.cells]) for r in local["rows"]] == \
            [(r.student, [c.score for c in r.cells]) for r in remote["rows"]]
+
+
+def test_several_modules_share_one_pool_and_score_as_alone(tmp_path):
+    from grader.classroom import answer_cells, fill_answers, read_nb, write_nb
+
+    other = "01_naive_attention"
+    course = tmp_path / "course"
+    for m in (MODULE, other):
+        for d in (f"exercises/{m}", f"notebooks/{m}"):
+            shutil.copytree(ROOT / d, course / d)
+    shutil.copytree(ROOT / "grader", course / "grader", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (course / "grading").mkdir()
+    corpus.build(course)
+    for d in (course / "grading" / "submitted").iterdir():
+        if d.name not in {"ada", "blank"}:
+            shutil.rmtree(d)
+    for rel in sorted((ROOT / "exercises" / other).glob("*.ipynb")):
+        released = read_nb(rel)
+        write_nb(fill_answers(released, answer_cells(read_nb(ROOT / "solutions" / other / rel.name))),
+                 course / "grading" / "submitted" / "ada" / other / rel.name)
+        write_nb(released, course / "grading" / "submitted" / "blank" / other / rel.name)
+
+    def scores(out):
+        return [(r.student, r.notebook, [c.score for c in r.cells]) for r in out["rows"]]
+
+    together = autograde([MODULE, other], root=course, workers=2, seed=11, quiet=True, limits=LIMITS,
+                         write_notebooks=False)
+    assert set(together) == {MODULE, other}
+    for m in (MODULE, other):
+        assert "of several modules run together" in (course / "grading" / "clean" / m / "report.txt").read_text()
+    for m in (MODULE, other):
+        alone = autograde(m, root=course, workers=2, seed=11, quiet=True, limits=LIMITS, write_notebooks=False)
+        assert scores(together[m]) == scores(alone)
+        assert together[m]["checks"] == alone["checks"] > 0
+    ada = {r.notebook: sum(c.score for c in r.cells) for r in together[other]["rows"] if r.student == "ada"}
+    blank = {r.notebook: sum(c.score for c in r.cells) for r in together[other]["rows"] if r.student == "blank"}
+    assert all(v > 0 for v in ada.values()) and all(v == 0 for v in blank.values())
