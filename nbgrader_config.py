@@ -101,10 +101,17 @@ c.Exchange.root = os.path.abspath("grading/exchange")
 os.makedirs(c.Exchange.root, exist_ok=True)
 
 # ---------------------------------------------------------------- feedback pages, offline
-# nbconvert's HTML pages load MathJax from a CDN; offline, formulas show as TeX source.
-# GRADER_MATHJAX_URL points them at a local copy (e.g. a MathJax 2 tex-chtml.js you serve).
+# nbgrader's feedback template loads MathJax from a CDN whatever HTMLExporter.mathjax_url says:
+# offline, formulas showed as TeX source. The course's exporter puts MathJax 2.7 (from the
+# jupyter-server-mathjax package, ~2 MB) in a mathjax/ folder beside every page, as hard links to
+# one copy in grading/feedback/.mathjax-<version>/, and the page loads it by a relative URL: any
+# folder handed to a student carries it. A page sent alone (nbgrader's release_feedback copies
+# only the .html) falls back to the CDN. GRADER_MATHJAX_URL: every page loads MathJax from that
+# URL instead, and no copies are made (grader/feedback_mathjax.py).
+c.GenerateFeedback.exporter_class = "grader.feedback_mathjax.FeedbackHTMLExporter"
 if os.environ.get("GRADER_MATHJAX_URL"):
     c.HTMLExporter.mathjax_url = os.environ["GRADER_MATHJAX_URL"]
+    c.FeedbackHTMLExporter.local_mathjax = False
 
 # ---------------------------------------------------------------- generate_assignment
 # nbgrader's default list with ClearSolutions replaced: %%cuda cells get `// YOUR CODE HERE`.

@@ -16,6 +16,8 @@ CONDA_ONLY = {"python", "pip", "cxx-compiler", "libboost-devel"}
 # pyproject extras conda users do not get from environment.yml (GPU / NVRTC wheels, module 12's
 # Triton and PyTorch, which conda-forge names differently: the file says how to add them)
 PIP_ONLY_EXTRAS = {"cuda12", "cuda13", "nvrtc", "triton"}
+# PyPI names that conda-forge spells otherwise (its "playwright" is the Node.js tool)
+CONDA_NAMES = {"playwright": "playwright-python"}
 
 
 def pip_name(req: str) -> str:
@@ -39,7 +41,7 @@ def test_environment_matches_pyproject():
     for extra, reqs in project["optional-dependencies"].items():
         if extra not in PIP_ONLY_EXTRAS:
             wanted |= {pip_name(r) for r in reqs}
-    assert names - CONDA_ONLY == wanted
+    assert names - CONDA_ONLY == {CONDA_NAMES.get(n, n) for n in wanted}
 
 
 def test_pins_agree():

@@ -59,8 +59,9 @@ def draw_length(v: int, rng: random.Random, lo_floor: int = 1, unit: int = TILE,
         return rng.choice(ks) * unit if ks else v
     if unit > 2 and r in (1, unit - 1) and v > unit:
         off = 1 if r == 1 else -1
-        ks = [k for k in range(1, hi // unit + 2) if max(lo, 2, unit + 1) <= k * unit + off <= hi]
-        return (rng.choice(ks) * unit + off) if ks else v
+        least = max(lo, 2, unit + 1)  # k * unit + off within [least, hi], k from 1 (a range: 2^24 / unit ks)
+        ks = range(max(1, -(-(least - off) // unit)), min(hi // unit + 1, (hi - off) // unit) + 1)
+        return (rng.choice(ks) * unit + off) if len(ks) else v
     if v < unit:
         # below one unit: any value under it with the same parity
         cands = [x for x in range(max(2, lo_floor), min(unit, hi + 1)) if x % 2 == v % 2]
