@@ -180,3 +180,14 @@ def test_a_launch_of_many_million_threads_gets_time_in_proportion():
     by_name = {c.name: c for c in ex.cases}
     assert _thread_factor(ex, by_name["one_element"]) == 1.0
     assert _thread_factor(ex, by_name["past_2_24"]) == pytest.approx(65537 * 256 / 2**22)
+
+
+def test_an_unwritten_tail_is_blamed_on_the_grid_only_when_what_was_written_is_right():
+    from grader.checks import _generic_diagnosis
+
+    want = np.arange(1.0, 101.0)
+    unwritten = np.arange(100) >= 64
+    got = np.where(unwritten, np.nan, want)
+    assert "stops short" in _generic_diagnosis("c", got, want, unwritten, {})
+    strided = np.where(unwritten, np.nan, want[(np.arange(100) * 2) % 100])  # a wrong stride: a tail, wrong values
+    assert "stops short" not in (_generic_diagnosis("c", strided, want, unwritten, {}) or "")
