@@ -110,8 +110,12 @@ def main() -> int:
                          write_notebooks=False, **({"scheduler": value} if kind == "scheduler" else {"workers": value}))
         checks = sum(out["checks"] for out in outs.values())
         dt = time.monotonic() - t0
-        pool_s = next(iter(outs.values()))["seconds_checks"]  # the checks alone; the rest is reading and the gradebook
+        first = next(iter(outs.values()))
+        pool_s = first["seconds_checks"]  # the checks alone; the rest is reading and the gradebook
+        job_s = first["pool_job_seconds"]  # summed over checks: grows with the workers if the machine slows them
         rec = {kind: value, "submissions": n_sub, "checks": checks, "seconds": round(dt, 1), "seconds_checks": round(pool_s, 1),
+               "mean_check_s": round(job_s / checks, 2),
+               **({"busy": round(job_s / (value * pool_s), 3)} if kind == "workers" else {}),
                "submissions_per_min": round(n_sub / dt * 60, 2), "checks_per_min": round(checks / dt * 60, 2)}
         records.append(rec)
         print(json.dumps(rec), flush=True)

@@ -248,6 +248,7 @@ def autograde(module: str | list[str], *, root: Path | str = ROOT, submissions: 
         t_jobs = time.monotonic()
         results = run_local(rt, jobs, limits, n_workers, progress)
     seconds_checks = time.monotonic() - t_jobs
+    job_seconds = sum(r.outcome.seconds for r in results)  # the workers' busy time, to tell idling from slowing
     by_key = {r.key: r for r in results}
 
     info = {"seed_digest": hashlib.sha256(str(seed).encode()).hexdigest()[:12], "grader": digest,
@@ -261,6 +262,7 @@ def autograde(module: str | list[str], *, root: Path | str = ROOT, submissions: 
         remove_runtime(rt)
     for out in outs.values():
         out["seconds"] = time.monotonic() - t0
+        out["pool_job_seconds"] = job_seconds
     return outs[modules[0]] if isinstance(module, str) else outs
 
 
