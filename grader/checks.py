@@ -241,6 +241,9 @@ def _generic_diagnosis(name, got, want, unwritten, p) -> str | None:
                     "so an index computed in or stored as a float skips elements and repeats others. Keep indices "
                     "in int (or size_t).")
     written = ~unwritten
+    heads = _whole_heads_unwritten(name, unwritten, p)
+    if heads:
+        return heads
     if unwritten.any() and want.ndim >= 1:
         flat = unwritten.reshape(-1)
         k = int(np.argmax(flat))
@@ -286,7 +289,60 @@ def _generic_diagnosis(name, got, want, unwritten, p) -> str | None:
         wt = np.swapaxes(want, -1, -2)
         if np.allclose(got, wt, rtol=1e-4, atol=1e-4) and not np.allclose(want, wt, rtol=1e-4, atol=1e-4):
             return f"{name} is the transpose of what was expected: rows and columns are swapped."
-    return None
+    return _rows_from_elsewhere(name, got, want, unwritten)
+
+
+def _whole_heads_unwritten(name, unwritten, p) -> str | None:
+    """An output laid out [B, H, ...] whose never-written elements are whole (batch, head) slices
+    while other slices were written: each head's offset or the grid's batch/head extent is wrong
+    (every block wrote into the slices of other heads), not a loop bound."""
+    b, h = p.get("B"), p.get("H")
+    if not b or not h or b * h < 2 or unwritten.ndim < 3 or unwritten.shape[:2] != (b, h):
+        return None
+    per_slice = unwritten.reshape(b * h, -1)
+    empty, touched = per_slice.all(axis=1), per_slice.any(axis=1)
+    if not empty.any() or empty.all() or (touched & ~empty).any():
+        return None
+    missing = [divmod(int(k), h) for k in np.flatnonzero(empty)]
+    shown = ", ".join(f"{name}[{bb}, {hh}]" for bb, hh in missing[:4]) + (" ..." if len(missing) > 4 else "")
+    return (f"{len(missing)} of the {b * h} (batch, head) slices of {name} {'was' if len(missing) == 1 else 'were'} "
+            f"never written ({shown}), while the others were: a block writes into another head's slice. Check the offset of each head, "
+            f"(b * H + h) * (the elements of one head), with b and h both taken from the block index (grid = "
+            f"(..., H, B): h = blockIdx.y, b = blockIdx.z), for every array a block reads or writes ({name} included).")
+
+
+def _rows_from_elsewhere(name, got, want, unwritten) -> str | None:
+    """Wrong rows that hold, to the digit, what other rows of the output should: the row a thread
+    computes is not the row it stores (or it reads another row of an input). Rows are the last axis."""
+    if want.ndim < 2 or want.shape[-1] < 4:
+        return None
+    g = got.astype(np.float64).reshape(-1, want.shape[-1])
+    w = want.reshape(-1, want.shape[-1])
+    if len(w) > 4096 or not np.isfinite(w).all():
+        return None
+    with np.errstate(invalid="ignore"):
+        row_ok = np.isclose(g, w, rtol=1e-2, atol=1e-3).all(axis=1)
+    wrong = np.flatnonzero(~row_ok & ~unwritten.reshape(len(w), -1).any(axis=1) & np.isfinite(g).all(axis=1))
+    if len(wrong) < 2:
+        return None
+    scale = np.abs(w).max(axis=1, keepdims=True) + 1e-6
+    found = []
+    for r in wrong[:64]:
+        dist = (np.abs(w - g[r]) / scale).max(axis=1)
+        dist[r] = np.inf
+        k = int(np.argmin(dist))
+        if dist[k] < 1e-2 and not np.isclose(w[k], w[r], rtol=1e-2, atol=1e-3).all():
+            found.append((int(r), k))
+    if len(found) < max(2, 0.5 * min(len(wrong), 64)):
+        return None
+    shape = want.shape[:-1]
+    at = lambda r: ", ".join(str(int(i)) for i in np.unravel_index(r, shape))
+    r, k = found[0]
+    more = f" (and {len(wrong) - 1} more wrong rows, {len(found)} of the first {min(len(wrong), 64)} alike)"
+    return (f"wrong rows of {name} hold the values other rows should have: {name}[{at(r)}, :] is what "
+            f"{name}[{at(k)}, :] should be{more}. The row a thread (or warp) computes is not the row it stores, or it "
+            "reads another row of an input: compare the row index of the load (a Q row, a fragment's row g or g + 8, a "
+            "warp's first row) with the row index of the store.")
 
 
 # --------------------------------------------------------------------------- running

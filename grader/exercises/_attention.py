@@ -99,13 +99,16 @@ def forward_with_mask(x, scale, mask):
     return ref.finalize_state(ref.partial_state(x["Q"], x["K"], x["V"], scale=scale, mask=mask))
 
 
-def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None, running_max=True, keep=None):
+def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None, running_max=True, keep=None,
+                  alpha_power=1.0):
     """FlashAttention's loop over key tiles of ``bc`` keys in float64, with switches that
     reproduce the classic bugs: forgetting to rescale the accumulator or the running sum
     when a later tile raises the max, processing only the first ``tiles`` tiles, or
     (``running_max=False``) measuring the state against each tile's own max instead of the
     running max: exact, until a tile's max lies more than 88.7 below the previous one and
-    float32's exp(m_old - m_tile) overflows to inf."""
+    float32's exp(m_old - m_tile) overflows to inf. ``alpha_power``: the rescale factor is
+    exp(m_old - m_new) raised to this power (-1: inverted, exp(m_new - m_old); log2(e): expf
+    applied to maxima kept in the log2 domain), 0 while the row has seen no key."""
     q, k, v = (np.asarray(x[n], np.float64) for n in ("Q", "K", "V"))
     n = k.shape[-2]
     m = np.full(q.shape[:-1], -np.inf)
@@ -121,6 +124,8 @@ def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None,
         shift = np.where(np.isneginf(m_new), 0.0, m_new)  # no key yet: exp(-inf - 0) = 0, not NaN
         with np.errstate(over="ignore", invalid="ignore"):
             alpha, beta = np.exp(m - shift), np.exp(m_t - shift)
+            if alpha_power != 1.0:
+                alpha = np.where(np.isneginf(m), 0.0, np.exp((m - shift) * alpha_power))
         if not running_max:
             with np.errstate(invalid="ignore"):
                 alpha = np.where(m - m_new > 88.72, np.inf, alpha)  # float32 exp overflows there
@@ -191,6 +196,36 @@ def forward_mistakes(Mistake, bc, keep=None):
                 "m_new = max(m_old, m_tile): when a later key tile's max lies far below the running max, "
                 "measuring l and O against m_tile makes exp(m_old - m_tile) overflow to inf.",
                 lambda p, x: tiled(p, x, running_max=False) if getattr(p, "falling", 0) else None),
+        Mistake("the last partial key tile skipped",
+                f"the number of key tiles is ceil_div(N, {bc}), not N / {bc}: with N not a multiple of {bc} the "
+                "rounded-down count never visits the last keys.",
+                lambda p, x: (as_dict(forward_with_mask(x, sc(p), _and(mask(p, x), j_keys(p) < p.N // bc * bc)))
+                              if p.N % bc else None)),
+        Mistake("rescale factor inverted",
+                "when the max grows from m_old to m_new, the state shrinks: multiply l and O by exp(m_old - m_new) "
+                "(at most 1), not exp(m_new - m_old).",
+                lambda p, x: tiled(p, x, alpha_power=-1.0) if p.N > bc else None),
+        Mistake("rescale factor taken with expf on log2-domain maxima",
+                "with the scores kept in the log2 domain (scaled by log2(e) for exp2f), the rescale factor is "
+                "exp2f(m_old - m_new) too: expf there raises it to the power log2(e).",
+                lambda p, x: tiled(p, x, alpha_power=float(np.log2(np.e))) if p.N > bc else None),
+        Mistake("log2(e) not folded into the scale",
+                "exp2f(x) is e^(x ln 2): to get e^(s - m) from exp2f, multiply the scores (and the max) by "
+                "log2(e) = 1.4426950408889634 first, e.g. fold it into the scale once.",
+                lambda p, x: as_dict(correct(p, x, scale=sc(p) * float(np.log(2.0))))),
+        Mistake("L's log term in the wrong base",
+                "L = m + logf(l) with both terms natural: with the max kept in the log2 domain, convert it "
+                "(m2 * ln 2) and add logf(l), or take (m2 + log2f(l)) * ln 2; (m2 + logf(l)) * ln 2 scales the log "
+                "term by ln 2.",
+                lambda p, x: dict(L=_lse_with_log_scaled(p, x, sc(p), mask(p, x), float(np.log(2.0))))),
+        Mistake("L in base 2", "L is the natural-log logsumexp: L = m + logf(l), not m + log2f(l).",
+                lambda p, x: dict(L=_lse_with_log_scaled(p, x, sc(p), mask(p, x), 1.0 / float(np.log(2.0))))),
+        *([] if keep is not None else [unmasked_tail_mistake(Mistake, bc), Mistake(
+            "row max taken before the mask",
+            "the row max must cover only the keys that count: set the scores of keys past N to -INFINITY before "
+            "the max. A zero-filled key past N scores 0, so a max taken before the mask is at least 0, and where "
+            "every real score is below about -87, exp(s - m) underflows to 0 for all of them.",
+            lambda p, x: as_dict(max_from_zero(x, sc(p))) if getattr(p, "negative", 0) and p.N % bc else None)]),
         Mistake("scale computed from d instead of the scale argument",
                 "use the kernel's `scale` argument: the caller may pass any scale, not only 1/sqrt(d).",
                 lambda p, x: as_dict(correct(p, x, scale=float(F32(1.0 / np.sqrt(p.d)))))
@@ -206,22 +241,26 @@ def _finite0(m):
     return np.where(np.isfinite(m), m, 0.0)
 
 
+def j_keys(p):
+    return np.arange(p.N)[None, :]
+
+
+def _and(keep, extra):
+    return extra if keep is None else keep & extra
+
+
+def _lse_with_log_scaled(p, x, scale, keep, factor):
+    """L = m + factor * log(l) (the natural max m, the log of the row sum in another base)."""
+    m = ref.partial_state(x["Q"], x["K"], x["V"], scale=scale, mask=keep)[0]
+    lse = forward_with_mask(x, scale, keep)[1]
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(lse), m + factor * (lse - m), lse)
+
+
 OUTPUTS = dict(O=lambda p: ((p.B, p.H, p.N, p.d), F32), L=lambda p: ((p.B, p.H, p.N), F32))
 
 
 # --- more forward mistakes (added for 04_flash_forward; other modules may use them too) ---------
-
-
-def log2_l_mistake(Mistake):
-    """``L = m + log2f(l)``: only the log of the sum is in base 2 (the max m stays natural).
-    (``forward_mistakes`` recognises the all-base-2 variant, ``L * log2(e)``.)"""
-
-    def wrong(p, x):
-        m = ref.partial_state(x["Q"], x["K"], x["V"], scale=float(scale_of(p)))[0]
-        lse = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)))[1]
-        return dict(L=m + (lse - m) / np.log(2.0))
-
-    return Mistake("L in base 2", "L is the natural-log logsumexp: L = m + logf(l), not m + log2f(l).", wrong)
 
 
 def unmasked_zero_keys(x, bc):

@@ -55,6 +55,8 @@ def _c_rows_paired(x):
 C_ROWS = ("C fragment stored to the wrong rows",
           "accumulator float i of lane (g = lane / 4, t = lane % 4) is row g + 8 * (i / 2), column 2t + i % 2: "
           "c[0], c[1] belong to row g and c[2], c[3] to row g + 8, not to rows 2g and 2g + 1.")
+C_ROWS_SWAPPED = (C_ROWS[0], "accumulator float i of lane (g = lane / 4, t = lane % 4) is row g + 8 * (i / 2): c[0], "
+                  "c[1] belong to row g and c[2], c[3] to row g + 8, not the other way round.")
 
 # --------------------------------------------------------------------------- matmuls
 
@@ -76,6 +78,42 @@ def matmul_magnitude(p, x):
 def _first_k_tile(depth):
     return Mistake("only the first tile along K", f"loop over all ceil_div(K, {depth}) steps along K, not just the first.",
                    lambda p, x: dict(C=ref.matmul(x["A"][:, :depth], x["B"][:depth])) if p.K > depth else None)
+
+
+def _k_step_mistakes(depth):
+    """What a loop over K steps of ``depth`` gets wrong: only the first step, only the last one (the
+    accumulators zeroed inside the loop), or only the first 16-deep mma slice of each step."""
+    def slices(p, x, keep_k):
+        k = np.arange(p.K)
+        return dict(C=ref.matmul(x["A"][:, keep_k(k)], x["B"][keep_k(k)]))
+
+    def last(k):
+        return (k - 1) // depth * depth
+
+    mistakes = [
+        _first_k_tile(depth),
+        Mistake("only the last tile along K",
+                "the accumulators must live across the whole loop over K: declare and zero them once before it "
+                "(zeroed inside, each step wipes the sum of the steps before it).",
+                lambda p, x: slices(p, x, lambda k: k >= last(p.K)) if p.K > depth else None),
+    ]
+    if depth > 16:
+        mistakes.append(Mistake(
+            "only the first mma slice of each K step",
+            f"a step of {depth} along K takes {depth // 16} mma of k = 16: loop kk over 0..{depth // 16 - 1}, "
+            "advancing the A and B fragments' k by 16 each time.",
+            lambda p, x: slices(p, x, lambda k: k % depth < 16) if p.K > 16 else None))
+    return mistakes
+
+
+def _c_rows_halves_swapped(x):
+    """Rows as stored by a lane that writes c[0], c[1] to row g + 8 and c[2], c[3] to row g: in each
+    16-row tile the two halves of 8 rows trade places."""
+    rows = x.shape[-2]
+    y = _pad(x, -2, WARP_ROWS)
+    shape = y.shape
+    y = y.reshape(*shape[:-2], shape[-2] // WARP_ROWS, 2, 8, shape[-1])[..., ::-1, :, :]
+    return y.reshape(shape)[..., :rows, :]
 
 
 def _half_accumulation(p, x):
@@ -115,7 +153,7 @@ exercise(
         hidden("wide", M=32, N=160, K=48),
     ],
     mistakes=[
-        _first_k_tile(16),
+        *_k_step_mistakes(16),
         Mistake("B read as column-major",
                 "B is stored row-major (a row holds consecutive columns): declare matrix_b with wmma::row_major and "
                 "leading dimension N. With col_major every 16 x 16 tile of B is read transposed.",
@@ -155,13 +193,15 @@ exercise(
     race_check=True,
     race_case="two_k_tiles",
     mistakes=[
-        _first_k_tile(32),
+        *_k_step_mistakes(32),
         Mistake("B loaded without .trans",
                 "B is stored k-major (a row of B holds 8 consecutive n), but an mma B register holds two "
                 "consecutive k of one column n: load it with ldmatrix_x4_trans. Without .trans every 8 x 8 block "
                 "of B is used transposed.",
                 lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(_f64(x["B"]))))),
         Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(ref.matmul(_pad(_f64(x["A"]), 0, 16), x["B"]))[:p.M])),
+        Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(ref.matmul(_pad(_f64(x["A"]), 0, 16),
+                                                                               x["B"]))[:p.M])),
         Mistake("accumulated in half precision",
                 "the tensor core adds the products in float: keep the accumulator float (mma_m16n8k16_f16 takes "
                 "and returns float c and d) and convert nothing until the final store.",
@@ -294,6 +334,8 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
             s[..., np.arange(start, start + TILE)[None, :] > row_index[:, None]] = -np.inf
         per_lane = np.stack([s[..., lane_of_key == t].max(axis=-1) for t in range(4)], axis=-1)
         tile_max = per_lane if not quad_max else np.repeat(per_lane.max(axis=-1, keepdims=True), 4, axis=-1)
+        if quad_max == "pairs":  # only the xor-1 shuffle: lanes t and t ^ 1 share a max
+            tile_max = np.repeat(per_lane.reshape(*per_lane.shape[:-1], 2, 2).max(axis=-1), 2, axis=-1)
         m_new = np.maximum(m, tile_max)
         base = np.where(np.isneginf(m_new), 0.0, m_new)
         alpha = np.exp(m - base)
@@ -310,7 +352,11 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
         m, ell, acc = np.where(visits, m_new, m), np.where(visits, ell_new, ell), np.where(visits, acc_new, acc)
     total = ell.sum(axis=-1, keepdims=True)
     l_col = total if quad_sum else ell[..., lane_of_col]
+    if quad_sum == "pairs":  # only the xor-1 shuffle: lanes t and t ^ 1 share a sum
+        l_col = (ell + ell[..., [1, 0, 3, 2]])[..., lane_of_col]
     l_first = total[..., 0] if quad_sum else ell[..., 0]
+    if quad_sum == "pairs":
+        l_first = ell[..., 0] + ell[..., 1]
     with np.errstate(divide="ignore"):
         o = acc / l_col
         lse = m[..., 0] + np.log(l_first)
@@ -325,10 +371,19 @@ FLASH_MISTAKES = [
             "own max, take fmaxf with __shfl_xor_sync(FULL_MASK, v, 1) and then with offset 2, so all four use "
             "one max for p, the rescale factor and L.",
             lambda p, x: _tc_forward(p, x, quad_max=False)),
+    Mistake("row max not reduced across the quad",
+            "a row's scores of a 64-key tile sit in the 4 lanes of a quad (lanes 4g .. 4g + 3): after each lane's "
+            "own max, take fmaxf with __shfl_xor_sync(FULL_MASK, v, 1) and then with offset 2, so all four use "
+            "one max for p, the rescale factor and L.",
+            lambda p, x: _tc_forward(p, x, quad_max="pairs")),
     Mistake("row sum not reduced across the quad",
             "each lane adds up only the p of its own columns: before dividing, add the quad's four shares with "
             "__shfl_xor_sync(FULL_MASK, l, 1) and offset 2.",
             lambda p, x: _tc_forward(p, x, quad_sum=False)),
+    Mistake("row sum not reduced across the quad",
+            "each lane adds up only the p of its own columns: before dividing, add the quad's four shares with "
+            "__shfl_xor_sync(FULL_MASK, l, 1) and offset 2.",
+            lambda p, x: _tc_forward(p, x, quad_sum="pairs")),
     Mistake("P packed in the wrong register order",
             "the A fragment of P for keys 16kk..16kk+15 is {row g keys 0-7, row g + 8 keys 0-7, row g keys 8-15, "
             "row g + 8 keys 8-15}: pack(p[0], p[1]), pack(p[2], p[3]) from s[2kk] first, then pack(p[4], p[5]), "

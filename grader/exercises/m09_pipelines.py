@@ -15,8 +15,8 @@ from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
-from .m08_tensor_cores import C_ROWS, FLASH_MISTAKES, MATMUL_SIGNATURE, _ab, _blocks8_transposed, _c_rows_paired, \
-    _first_k_tile, _half_accumulation, _matmul_ref, matmul_magnitude
+from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, MATMUL_SIGNATURE, _ab, _blocks8_transposed, \
+    _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref, matmul_magnitude
 
 MODULE = "09_pipelines"
 F16, F32 = np.float16, np.float32
@@ -29,6 +29,18 @@ STAGES = 2  # K/V buffers in the exercise rows: tile j computed while tile j + 1
 
 GEMM_BM, GEMM_BN, GEMM_BK, GEMM_STAGES = 128, 128, 32, 3
 GEMM_WARPS = (2, 2)  # along M and N: each warp owns a 64 x 64 tile of C
+
+
+def _steps_shifted(p, x):
+    """C of a pipeline that copies step s's K slice (not step s + STAGES - 1's) into the stage it
+    refills: the prologue's steps are right, every later step multiplies the slice STAGES - 1 before it."""
+    a, b = (np.asarray(x[n], np.float64) for n in "AB")
+    steps = ceil_div(p.K, GEMM_BK)
+    c = np.zeros((p.M, p.N))
+    for t in range(steps):
+        k0 = (t if t < GEMM_STAGES - 1 else t - (GEMM_STAGES - 1)) * GEMM_BK
+        c += a[:, k0:k0 + GEMM_BK] @ b[k0:k0 + GEMM_BK]
+    return dict(C=c)
 
 
 def gemm_shared_bytes(stages=GEMM_STAGES, bm=GEMM_BM, bn=GEMM_BN):
@@ -67,7 +79,11 @@ exercise(
     race_check=True,
     race_case="five_k_steps",
     mistakes=[
-        _first_k_tile(GEMM_BK),
+        *_k_step_mistakes(GEMM_BK),
+        Mistake("a refill copies the current step's K slice",
+                "the copy issued while step s is multiplied brings step s + STAGES - 1: its K offset is "
+                f"(s + STAGES - 1) * {GEMM_BK}, the same step whose stage it fills.",
+                lambda p, x: _steps_shifted(p, x) if ceil_div(p.K, GEMM_BK) >= GEMM_STAGES else None),
         Mistake("B loaded without .trans",
                 "B is K x N with a row holding consecutive n, but the B fragment needs two consecutive k of one column "
                 "in a register: load it with ldmatrix_x4_trans.",
@@ -75,6 +91,7 @@ exercise(
         Mistake("accumulator in half precision", "accumulate in float registers and convert only the result.",
                 _half_accumulation),
         Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(_matmul_ref(p, x)["C"]))),
+        Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(_matmul_ref(p, x)["C"]))),
     ],
 )
 benchspec.SPECS["mma_matmul_pipe"] = benchspec.BenchSpec(
@@ -128,6 +145,18 @@ def _warp_last(p):
     return i_(p.N) // 16 * 16 + 15
 
 
+def _block_first(p):
+    """[N, 1]: the first query row of the block (BLOCK_ROWS rows) that holds each query i."""
+    return i_(p.N) // BLOCK_ROWS * BLOCK_ROWS
+
+
+def _fragment_row_g(p):
+    """[N, 1]: the row a mask reads for query i when it takes row g for all four floats of a C
+    fragment: rows g + 8 (the second half of each 16-row group) use the row 8 above."""
+    i = i_(p.N)
+    return i - 8 * ((i % 16) >= 8)
+
+
 CAUSAL_MISTAKES = [
     Mistake("no causal mask", "query i must not see keys j > i: in the tiles that cross the diagonal, set those "
             "scores to -INFINITY before the row max.",
@@ -147,12 +176,28 @@ CAUSAL_MISTAKES = [
             f"first row, (j + 1) * {TILE} > q0 + 16 * warp), not only when it is the last tile.",
             lambda p, x: _masked(p, x, (j_(p.N) // TILE * TILE <= _warp_last(p))
                                  & ((j_(p.N) <= i_(p.N)) | (j_(p.N) // TILE < (p.N - 1) // TILE)))),
+    Mistake("causal mask only in the last key tile",
+            "a tile needs the mask when it crosses N or when it crosses the diagonal (its last key is past the warp's "
+            f"first row, (j + 1) * {TILE} > q0 + 16 * warp), not only when it is the block's last tile: a block of "
+            f"{BLOCK_ROWS} rows has its diagonal across {BLOCK_ROWS // TILE} tiles.",
+            lambda p, x: _masked(p, x, (j_(p.N) // TILE * TILE <= _warp_last(p))
+                                 & ((j_(p.N) <= i_(p.N)) | (j_(p.N) // TILE < (np.minimum(p.N, _block_first(p)
+                                                                                         + BLOCK_ROWS) - 1) // TILE)))),
+    Mistake("the mask's row taken from the first half of the fragment",
+            "a C fragment's floats 0, 1 belong to row g and floats 2, 3 to row g + 8: compare each float's key with "
+            "its own row, row[e / 2], not with row g for all four.",
+            lambda p, x: _masked(p, x, j_(p.N) <= _fragment_row_g(p))),
+    Mistake("key tiles counted for a block of 64 rows",
+            f"a block holds BLOCK_ROWS = {BLOCK_ROWS} query rows: it walks the key tiles up to the one holding its "
+            f"last row, ceil_div(min(N, q0 + BLOCK_ROWS), {TILE}) of them; counted for 64 rows, the warps past row "
+            "q0 + 63 miss their last tiles.",
+            lambda p, x: _masked(p, x, (j_(p.N) <= i_(p.N)) & (j_(p.N) < _block_first(p) + 64))),
 ]
 
 
-def _swizzle_half_applied(p, x):
-    """Chunks swizzled on one side only (the copies or the ldmatrix reads): every 8-element chunk c
-    of row r of Q, K and V is read from chunk c ^ (r % 8) of that row."""
+def _swizzle_half_applied(p, x, names="QKV"):
+    """Chunks swizzled on one side only (the copies or the ldmatrix reads) for the operands in
+    ``names``: every 8-element chunk c of row r is read from chunk c ^ (r % 8) of that row."""
     def unswizzled(a):
         a = _values(dict(a=a))["a"]
         rows = np.arange(a.shape[-2]) % 8
@@ -160,7 +205,7 @@ def _swizzle_half_applied(p, x):
         blocks = a.reshape(*a.shape[:-1], p.d // 8, 8)
         return np.take_along_axis(blocks, np.broadcast_to(chunks[..., None], blocks.shape), axis=-2).reshape(a.shape)
 
-    q, k, v = (unswizzled(x[n]) for n in "QKV")
+    q, k, v = (unswizzled(x[n]) if n in names else _values(dict(a=x[n]))["a"] for n in "QKV")
     keep = _keep(p)
     o, lse = forward_with_mask(dict(Q=q, K=k, V=v), float(scale_of(p)), keep)
     return dict(O=o, L=lse)
@@ -171,6 +216,11 @@ SWIZZLE_MISTAKES = [
             "the copy into shared memory and the ldmatrix reads must use the same layout: chunk c of row r at "
             "chunk c ^ (r % 8) in both (a row read through the other layout has its 16-byte chunks permuted).",
             _swizzle_half_applied),
+    *(Mistake(f"swizzle on one side only, for {n}",
+              f"the copy of {n} into shared memory and its ldmatrix reads must use the same layout as the others: "
+              f"chunk c of row r at chunk c ^ (r % 8) on the copy and on every ldmatrix of {n} (read through the "
+              "other layout, a row has its 16-byte chunks permuted).",
+              lambda p, x, n=n: _swizzle_half_applied(p, x, n)) for n in "QKV"),
 ]
 
 # The race check runs on the first case: three query blocks and five key tiles, so every buffer is
@@ -231,7 +281,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
         ((f"-DBLOCK_ROWS={block_rows}",) if block_rows != BLOCK_ROWS else ())
     ex_id = f"{kernel}_{suffix}d{d}"
     elem = "__nv_bfloat16" if bf16 else "__half"
-    mistakes = (CAUSAL_MISTAKES if causal else list(FLASH_MISTAKES)) + spec["mistakes"] + forward_mistakes(
+    mistakes = (CAUSAL_MISTAKES if causal else []) + list(FLASH_MISTAKES) + spec["mistakes"] + forward_mistakes(
         Mistake, TILE, keep=(lambda p, x: _keep(p)) if causal else None)
     if bf16:  # the mistakes see the inputs' values, not their bits
         mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]

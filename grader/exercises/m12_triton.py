@@ -17,8 +17,7 @@ import numpy as np
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import Mistake, case, hidden, triton_exercise
-from ._attention import (backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv,
-                         unmasked_tail_mistake)
+from ._attention import backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv
 
 MODULE = "12_triton"
 F16, F32 = np.float16, np.float32
@@ -169,7 +168,7 @@ def _causal_mistakes():
 
 def _forward_mistakes(causal):
     keep = (lambda p, x: (np.arange(p.N)[None, :] <= np.arange(p.N)[:, None])[None, None]) if causal else None
-    shared = forward_mistakes(Mistake, BLOCK, keep=keep) + ([] if causal else [unmasked_tail_mistake(Mistake, BLOCK)])
+    shared = forward_mistakes(Mistake, BLOCK, keep=keep)
     return [_on_values(m) for m in (_causal_mistakes() if causal else []) + shared] + TRITON_MISTAKES
 
 

@@ -23,11 +23,12 @@ from urllib.parse import urlsplit
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from grader import classroom
 from grader.course import ROOT
 from grader.feedback_mathjax import FOLDER, mathjax_files, mathjax_source
+from nbgrader_cells import adding_notebook, nbgrader_meta
 
 MODULE = "formulas"
 # Module 01's notation: what a feedback page of the course really shows.
@@ -40,23 +41,12 @@ pytestmark = pytest.mark.skipif(mathjax_source() is None,
                                 reason="jupyter-server-mathjax is not installed (pip install -e .)")
 
 
-def _meta(grade_id, **kw):
-    md = {"grade_id": grade_id, "solution": False, "grade": False, "locked": False, "schema_version": 3, "task": False}
-    md.update(kw)
-    return {"nbgrader": md}
-
-
 def _notebook():
-    nb = new_notebook()
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.cells = [
+    return adding_notebook(
         new_markdown_cell(f"# Formulas\n\nThe softmax of a row: {INLINE}, with\n\n{DISPLAY}", id="intro"),
-        new_code_cell("def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION",
-                      metadata=_meta("add", solution=True), id="answer"),
-        new_code_cell("assert add(1, 2) == 3", metadata=_meta("add_visible", grade=True, locked=True, points=1),
+        new_code_cell("assert add(1, 2) == 3", metadata=nbgrader_meta("add_visible", grade=True, locked=True, points=1),
                       id="visible"),
-    ]
-    return nb
+    )
 
 
 @pytest.fixture(scope="module")

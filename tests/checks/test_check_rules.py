@@ -191,3 +191,34 @@ def test_an_unwritten_tail_is_blamed_on_the_grid_only_when_what_was_written_is_r
     assert "stops short" in _generic_diagnosis("c", got, want, unwritten, {})
     strided = np.where(unwritten, np.nan, want[(np.arange(100) * 2) % 100])  # a wrong stride: a tail, wrong values
     assert "stops short" not in (_generic_diagnosis("c", strided, want, unwritten, {}) or "")
+
+
+def test_whole_heads_never_written_are_blamed_on_the_head_offset_not_on_a_loop_bound():
+    from grader.checks import _generic_diagnosis
+
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal((2, 2, 70, 8))
+    unwritten = np.zeros(want.shape, bool)
+    unwritten[1] = True  # batch 1 never written: every batch wrote batch 0's slices
+    got = np.where(unwritten, np.nan, want)
+    hint = _generic_diagnosis("O", got, want, unwritten, {"B": 2, "H": 2})
+    assert "2 of the 4 (batch, head) slices of O were never written (O[1, 0], O[1, 1])" in hint
+    assert "stops short" not in hint
+    unwritten[1, 1, 60:] = False  # part of a slice written: not the head-offset story
+    got = np.where(unwritten, np.nan, want)
+    assert "slices" not in (_generic_diagnosis("O", got, want, unwritten, {"B": 2, "H": 2}) or "")
+
+
+def test_rows_holding_other_rows_values_are_named_and_a_merely_wrong_output_is_not():
+    from grader.checks import _generic_diagnosis
+
+    rng = np.random.default_rng(1)
+    want = rng.standard_normal((1, 1, 64, 16))
+    rows = np.arange(64)
+    moved = rows // 16 * 16 + (rows % 16 + 8) % 16  # the halves of each 16-row group trade places
+    got = want[..., moved, :]
+    none = np.zeros(want.shape, bool)
+    hint = _generic_diagnosis("O", got, want, none, {"B": 1, "H": 1})
+    assert "O[0, 0, 0, :] is what O[0, 0, 8, :] should be" in hint
+    noisy = want + 0.1 * rng.standard_normal(want.shape)
+    assert "other rows" not in (_generic_diagnosis("O", noisy, want, none, {"B": 1, "H": 1}) or "")

@@ -11,36 +11,26 @@ import shutil
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from grader import classroom
 from grader.course import ROOT, notebook_of
+from nbgrader_cells import adding_notebook, nbgrader_meta
 
-ANSWER = "def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION"
 HIDDEN_MARK = "hidden_probe_9431"  # appears only in the hidden test's source
 
 
-def _meta(grade_id, **kw):
-    md = {"grade_id": grade_id, "solution": False, "grade": False, "locked": False, "schema_version": 3, "task": False}
-    md.update(kw)
-    return {"nbgrader": md}
-
-
 def _dummy_notebook():
-    nb = new_notebook()
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    nb.cells = [
+    return adding_notebook(
         new_markdown_cell("# Adding", id="intro"),
-        new_code_cell(ANSWER, metadata=_meta("add", solution=True), id="answer"),
         new_code_cell('assert add(1, 2) == 3, "add(1, 2) should be 3; check the operator"',
-                      metadata=_meta("add_visible", grade=True, locked=True, points=1), id="visible"),
+                      metadata=nbgrader_meta("add_visible", grade=True, locked=True, points=1), id="visible"),
         new_code_cell("# Grading runs more cases here.\n### BEGIN HIDDEN TESTS\n"
                       f"{HIDDEN_MARK} = add(20, 22)\n"
                       f'assert {HIDDEN_MARK} == 42, "add is wrong on a case you cannot see"\n'
                       "### END HIDDEN TESTS",
-                      metadata=_meta("add_hidden", grade=True, locked=True, points=2), id="hidden"),
-    ]
-    return nb
+                      metadata=nbgrader_meta("add_hidden", grade=True, locked=True, points=2), id="hidden"),
+    )
 
 
 def _with_cell(nb, source, after=1):

@@ -6,6 +6,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from grader.classroom import buggy_answers, inject_bug
 from grader.course import ROOT
 from grader.nbgrader_cuda import ClearSolutionsCuda, HideHiddenTestTracebacks, LimitOutputBytes
+from nbgrader_cells import nbgrader_meta
 
 CUDA_SOLUTION = """\
 %%cuda row_sum -DTILE=16
@@ -69,27 +70,19 @@ extern "C" __global__ void iota(int* out, int n) {
 }"""
 
 
-def _meta(grade_id, solution=False, grade=False, locked=False, points=None):
-    md = {"grade_id": grade_id, "solution": solution, "grade": grade, "locked": locked,
-          "schema_version": 3, "task": False}
-    if points is not None:
-        md["points"] = points
-    return {"nbgrader": md}
-
-
 def _notebook():
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nb.cells = [
         new_markdown_cell("# A module"),
         new_code_cell(EXAMPLE),  # not an answer cell: left alone
-        new_code_cell(CUDA_SOLUTION, metadata=_meta("row_sum_kernel", solution=True)),
-        new_code_cell(CUDA_NESTED, metadata=_meta("scale_kernel", solution=True)),
+        new_code_cell(CUDA_SOLUTION, metadata=nbgrader_meta("row_sum_kernel", solution=True)),
+        new_code_cell(CUDA_NESTED, metadata=nbgrader_meta("scale_kernel", solution=True)),
         new_code_cell("%%cuda whole\nextern \"C\" __global__ void whole(float* x) { x[0] = 1.0f; }",
-                      metadata=_meta("whole_kernel", solution=True)),
-        new_code_cell(PY_SOLUTION, metadata=_meta("softmax_py", solution=True)),
-        new_code_cell("x = 1", metadata=_meta("py_whole", solution=True)),
-        new_markdown_cell("Explain.", metadata=_meta("explain", solution=True)),
+                      metadata=nbgrader_meta("whole_kernel", solution=True)),
+        new_code_cell(PY_SOLUTION, metadata=nbgrader_meta("softmax_py", solution=True)),
+        new_code_cell("x = 1", metadata=nbgrader_meta("py_whole", solution=True)),
+        new_markdown_cell("Explain.", metadata=nbgrader_meta("explain", solution=True)),
     ]
     return nb
 

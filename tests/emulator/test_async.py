@@ -172,26 +172,85 @@ def test_waiting_for_all_but_the_newest_group_when_the_newest_is_needed():
     msg = str(launch_one(code, "one_group"))
     assert "read of shared memory still in flight from the cp.async on line 5" in msg
     assert "cp_async_wait<1> on line 7 retires only the groups older than the newest 1" in msg
+    assert "(the thread had committed 1 group(s) by then; this copy is in group 1, counting from 1)" in msg
+    assert "needs exactly STAGES - 1 groups committed before its loop and one per iteration" in msg
     assert "line 9: `out[i] = s[4 * i];`" in msg
 
 
 @needs_clang
-def test_another_threads_copy_read_before_its_wait():
-    code = """
-    extern "C" __global__ void neighbour(const float* x, float* out) {
+@pytest.mark.parametrize("own_wait", [False, True], ids=["reader-has-not-waited", "reader-waited-for-the-group"])
+def test_another_threads_copy_read_before_its_wait(own_wait):
+    # Thread 0 reads thread 1's chunk before thread 1 waits. When thread 0 has waited for its own
+    # chunk of the same group, what is missing is the barrier after the waits, and the message says so.
+    wait = "if (i == 0) cp_async_wait<0>();" if own_wait else ""
+    code = f"""
+    extern "C" __global__ void neighbour(const float* x, float* out) {{
         __shared__ __align__(16) float s[128];
         int i = threadIdx.x;
         cp_async_cg16(&s[4 * i], &x[4 * (i % 16)]);
-        cp_async_commit();
+        cp_async_commit(); {wait}
         __syncthreads();
         out[i] = s[4 * ((i + 1) % 32)];
         cp_async_wait<0>();
-    }
+    }}
     """
     msg = str(launch_one(code, "neighbour"))
     assert "thread (0,0,0) of block (0,0,0): read of shared memory still in flight from the cp.async on line 5 " \
            "(issued by thread (1,0,0))" in msg
     assert "thread (1,0,0) must wait for it" in msg and "__syncthreads()" in msg
+    assert ("while this thread's own wait (line 6) covers the same group" in msg) == own_wait
+
+
+@needs_clang
+def test_a_refill_into_the_stage_being_read_is_told_from_a_missing_wait():
+    # Two stages; each iteration waits, then refills with tile j + 1 -- into stage j % 2, the one it
+    # reads next: the thread has waited before, so the story is the stage index, not a missing wait.
+    code = """
+    extern "C" __global__ void refill(const float* x, float* out) {
+        __shared__ __align__(16) float s[2][128];
+        int i = threadIdx.x;
+        cp_async_cg16(&s[0][4 * i], &x[4 * (i % 16)]);
+        cp_async_commit();
+        for (int j = 0; j < 3; ++j) {
+            cp_async_wait<0>();
+            __syncthreads();
+            cp_async_cg16(&s[j % 2][4 * i], &x[4 * (i % 16)]);
+            cp_async_commit();
+            out[i] += s[j % 2][4 * i];
+        }
+        cp_async_wait<0>();
+    }
+    """
+    msg = str(launch_one(code, "refill"))
+    assert "this thread issued it after its last cp_async_wait (line 8) and has not waited since" in msg
+    assert "it went into bytes that are being read now" in msg and "(j + STAGES - 1) % STAGES" in msg
+    assert "line 12: `out[i] += s[j % 2][4 * i];`" in msg
+
+
+@needs_clang
+def test_a_stray_read_into_another_threads_newer_copy_is_not_blamed_on_the_barrier():
+    # Thread 1 has waited for group 0 and synchronised; it then reads past its tile, into the
+    # bytes thread 0 is refilling with group 1: the address strays, no barrier is missing.
+    code = """
+    extern "C" __global__ void stray(const float* x, float* out) {
+        __shared__ __align__(16) float s[2][128];
+        int i = threadIdx.x;
+        cp_async_cg16(&s[0][4 * i], &x[4 * (i % 16)]);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        if (i == 0) cp_async_cg16(&s[1][0], &x[0]);
+        cp_async_commit();
+        __syncthreads();
+        const float* flat = &s[0][0];
+        if (i == 1) out[i] = flat[128 * i];
+        __syncthreads();
+        cp_async_wait<0>();
+    }
+    """
+    msg = str(launch_one(code, "stray"))
+    assert "thread (0,0,0) issued it after that thread's last cp_async_wait (line 7)" in msg
+    assert "its address strays out of that tile into a buffer being refilled" in msg
 
 
 def test_misaligned_copy():

@@ -35,6 +35,7 @@ struct AsyncCopies {
     uint64_t committed = 0;  // groups closed; the open group's number
     uint32_t waits = 0;
     int wait_line = 0, wait_keep = 0;  // the last wait: its line and N
+    uint64_t retired = 0;  // the groups below this have landed (at the last wait)
 };
 
 // Per OS thread, which runs one block at a time.
@@ -111,6 +112,7 @@ void async_thread_done(Worker* w, Fiber* f) {
     a->committed = 0;
     a->waits = 0;
     a->wait_line = a->wait_keep = 0;
+    a->retired = 0;
 }
 
 // The traced build: an access to bytes that a copy has not written yet.
@@ -122,18 +124,54 @@ void async_thread_done(Worker* w, Fiber* f) {
     const bool own = me && int(me->linear) == issuer;
     const std::string who = thread_name(w, issuer);
     const char* what = store ? "write" : "read";
-    char why[512];
-    if (c->group == a->committed)
+    char why[640];
+    // Which story fits: a wait too lenient for the groups committed, or a copy issued after the
+    // thread's last wait into bytes read now (a refill of the stage in use, or a read that strays
+    // out of its own stage), or no wait at all.
+    enum { kOpen, kLenient, kAfterWait, kNoWait } story;
+    if (c->group == a->committed) {
+        story = kOpen;
         snprintf(why, sizeof why, "its group is still open (no cp_async_commit() after it), and a wait retires only committed groups");
-    else if (a->waits > c->waits)
-        snprintf(why, sizeof why, "cp_async_wait<%d> on line %d retires only the groups older than the newest %d, and this copy is in one of those",
-                 a->wait_keep, a->wait_line, a->wait_keep);
-    else
+    } else if (a->waits > c->waits) {
+        story = kLenient;
+        snprintf(why, sizeof why, "cp_async_wait<%d> on line %d retires only the groups older than the newest %d, and this copy is in one of those "
+                 "(the thread had committed %llu group(s) by then; this copy is in group %llu, counting from 1)",
+                 a->wait_keep, a->wait_line, a->wait_keep, (unsigned long long)a->committed, (unsigned long long)c->group + 1);
+    } else if (!own && me && me->async && me->async->retired > c->group) {
+        // The reader has waited for its own copies of this group: it expects these bytes to have
+        // landed, which only a barrier after the issuer's wait makes true.
+        story = kNoWait;
+        snprintf(why, sizeof why, "thread %s has made no cp_async_wait since issuing it, while this thread's own wait "
+                 "(line %d) covers the same group", who.c_str(), me->async->wait_line);
+    } else if (a->waits > 0) {
+        story = kAfterWait;
+        snprintf(why, sizeof why, "%s issued it after %s last cp_async_wait (line %d) and has not waited since",
+                 own ? "this thread" : ("thread " + who).c_str(), own ? "its" : "that thread's", a->wait_line);
+    } else {
+        story = kNoWait;
         snprintf(why, sizeof why, "%s has made no cp_async_wait since issuing it", own ? "this thread" : ("thread " + who).c_str());
-    char fix[640];
-    if (own)
+    }
+    char fix[900];
+    if (own && story == kAfterWait)
+        snprintf(fix, sizeof fix, "if this copy brings a later tile, it went into bytes that are being read now: a refill may only "
+                 "target a stage that no thread reads before the wait that retires it (with STAGES buffers, tile j + STAGES - 1 "
+                 "goes to stage (j + STAGES - 1) %% STAGES, the one tile j - 1 used, and every stage index uses the same "
+                 "STAGES); or this %s's address strays out of the tile it means (a row stride, stage offset or swizzle "
+                 "that leaves its buffer). If the %s really needs this copy, wait for it first", what, what);
+    else if (own && story == kLenient)
+        snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
+                 "issuer also need a __syncthreads() after that wait. A pipeline that waits with cp_async_wait<STAGES - 2> "
+                 "needs exactly STAGES - 1 groups committed before its loop and one per iteration (commit an empty group "
+                 "when there is nothing left to copy), so that group j holds tile j", what);
+    else if (own)
         snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
                  "issuer also need a __syncthreads() after that wait", what);
+    else if (story == kAfterWait)
+        snprintf(fix, sizeof fix, "if this %s is meant for the tile being computed, its address strays out of that tile into "
+                 "a buffer being refilled (a row stride, stage offset or swizzle that leaves its buffer: check the %s's "
+                 "row and column against the tile's bounds); if it is meant for the buffer's previous contents, a "
+                 "__syncthreads() is missing before the cp.async that overwrites them; if it needs this copy, thread %s "
+                 "must wait for it and a __syncthreads() must follow", what, what, who.c_str());
     else
         snprintf(fix, sizeof fix, "thread %s must wait for it (cp_async_wait<0>() or cp_async_wait_all()) and a __syncthreads() must "
                  "follow before other threads touch these bytes (if this %s is meant for the buffer's previous contents, a "
@@ -210,9 +248,12 @@ void emu_cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes
     for (size_t j = k; j < k + bytes / 4; ++j)
         if (s.owner[j])
             emu_usage_error(line, "cp.async: destination %p is still the destination of the cp.async on line %d (thread %s), "
-                            "in flight: two copies in flight to the same bytes land in no defined order. Wait for the "
-                            "first (cp_async_wait, then __syncthreads() if another thread issued it) before reusing "
-                            "the buffer", dst, copy_at(w, s.owner[j] - 1, j).line, thread_name(w, s.owner[j] - 1).c_str());
+                            "in flight: two copies in flight to the same bytes land in no defined order. If the two "
+                            "are meant for different places, their destinations overlap: a row stride, stage offset or "
+                            "swizzle maps two chunks to the same bytes (a padded row stride in a buffer sized for "
+                            "unpadded rows, an XOR that moves a chunk out of its row); if the buffer is being reused, "
+                            "wait for the first (cp_async_wait, then __syncthreads() if another thread issued it) "
+                            "before the second copy", dst, copy_at(w, s.owner[j] - 1, j).line, thread_name(w, s.owner[j] - 1).c_str());
     AsyncCopies* a = copies_of(f);
     AsyncCopy c{static_cast<unsigned char*>(dst), bytes, line, a->committed, a->waits, ret, {}};
     memcpy(c.data, src, src_bytes);
@@ -232,7 +273,8 @@ void emu_cp_async_wait(int pending, int line) {
     a->waits++;
     a->wait_line = line;
     a->wait_keep = pending;
-    retire(t_worker, a, a->committed > uint64_t(pending) ? a->committed - uint64_t(pending) : 0, ret);
+    a->retired = a->committed > uint64_t(pending) ? a->committed - uint64_t(pending) : 0;
+    retire(t_worker, a, a->retired, ret);
 }
 
 void emu_cp_async_wait_all(int line) {
@@ -242,7 +284,8 @@ void emu_cp_async_wait_all(int line) {
     a->waits++;
     a->wait_line = line;
     a->wait_keep = 0;
-    retire(t_worker, a, a->committed, ret);
+    a->retired = a->committed;
+    retire(t_worker, a, a->retired, ret);
 }
 
 }  // extern "C"
