@@ -5,6 +5,8 @@ instructor notebooks (grader.course.solution_source): the sources the course gra
 
     python benchmarks/bench_09_pipelines.py gpu --out DIR      # on a GPU (about 5 minutes)
     python benchmarks/bench_09_pipelines.py emulator           # the same code path, tiny shapes, no timing
+    python benchmarks/bench_09_pipelines.py specialisation --out DIR [--merge]
+                                                               # warp-specialised against uniform warps (3 minutes)
 
 Writes DIR/bench_09.json (the `bench` records: `tc_flash_fwd_pipe_*`, `tc_flash_fwd_swizzle_*`,
 `tc_flash_fwd_tuned_*`, kernel names without the dtype, which is a field) and
@@ -134,6 +136,46 @@ def gpu_main(out: Path, repeats: int = 3):
     print(result.table())
 
 
+def registers(source, ex_id):
+    """(registers per thread, local-memory bytes) of a build, from the compiled kernel."""
+    from grader.kernel import RawKernel
+    ex = REGISTRY[ex_id]
+    attrs = RawKernel(source, ex.kernel, options=ex.options).compile()._compiled._kernel.attributes
+    return int(attrs["num_regs"]), int(attrs["local_size_bytes"])
+
+
+def specialisation_main(out: Path, repeats: int = 3):
+    """Warp specialisation against the uniform-warp pipeline: tc_flash_fwd_ws and tc_flash_fwd_pipe
+    timed in the same run, in every configuration at the exercise rows' BLOCK_ROWS and STAGES (the
+    ws records, beside SDPA, go to the evidence), then both at STAGES 2, 3, 4 (fp16)."""
+    sources = {k: solution_source(f"{k}_d64") for k in ("tc_flash_fwd_pipe", "tc_flash_fwd_ws")}
+    records, rows = [], []
+    out.mkdir(parents=True, exist_ok=True)
+
+    def time(kernel, dtype, d, causal, stages, baselines):
+        ex_id = build(kernel, dtype, d, causal, stages)
+        report = grader.bench(ex_id, sources[kernel], dtype=dtype, repeats=repeats, baselines=baselines)
+        if not report.check_passed:
+            raise SystemExit(f"{ex_id}: {report.check_message}")
+        regs, local = registers(sources[kernel], ex_id)
+        row = dict(kernel=kernel, dtype=dtype, d=d, causal=causal, BLOCK_ROWS=m09.BLOCK_ROWS, STAGES=stages,
+                   threads=m09.block_threads(kernel, m09.BLOCK_ROWS), regs=regs, local_bytes=local,
+                   ms=benchmark._sig(report.kernel.ms), tflops=benchmark._sig(report.kernel.tflops))
+        rows.append(row)
+        print(f"  {kernel:18s} {dtype} d={d} causal={causal} STAGES={stages}: {row['tflops']:.4g} TF/s, "
+              f"{regs} regs x {row['threads']} threads, {local} B local", flush=True)
+        return report
+
+    for dtype, d, causal in CONFIGS:
+        for stages in ((2, 3, 4) if dtype == "fp16" else (m09.STAGES,)):
+            time("tc_flash_fwd_pipe", dtype, d, causal, stages, baselines=False)
+            report = time("tc_flash_fwd_ws", dtype, d, causal, stages, baselines=stages == m09.STAGES)
+            if stages == m09.STAGES:
+                records.append(flash_record(report, record_name("tc_flash_fwd_ws", d, causal)))
+        (out / "warp_specialisation.json").write_text(json.dumps(rows, indent=1) + "\n")
+        (out / "bench_09_ws.json").write_text(json.dumps(records, indent=1) + "\n")
+
+
 def emulator_main():
     """Every build the GPU run times, checked on the emulator's visible cases (no timing)."""
     sources = {k: solution_source(f"{k}_d64") for k in m09.KERNELS}
@@ -154,12 +196,17 @@ def emulator_main():
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["emulator", "gpu"])
+    ap.add_argument("mode", choices=["emulator", "gpu", "specialisation"])
     ap.add_argument("--out", type=Path, default=Path("bench09_out"))
     ap.add_argument("--merge", action="store_true", help="merge the records into results/gpu_evidence.json")
     a = ap.parse_args()
     if a.mode == "emulator":
         emulator_main()
+    elif a.mode == "specialisation":
+        specialisation_main(a.out)
+        if a.merge:
+            benchmark.merge_records(RESULTS / "gpu_evidence.json", json.loads((a.out / "bench_09_ws.json").read_text()))
+            (RESULTS / "warp_specialisation.json").write_text((a.out / "warp_specialisation.json").read_text())
     else:
         gpu_main(a.out)
         if a.merge:

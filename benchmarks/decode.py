@@ -12,9 +12,9 @@ with choose_splits' split count (`decode_split_d*` records) and with one split p
 (`decode_nosplit_d*`), and SDPA on the same tensors. Each time is the median over runs with the L2
 flushed between them (grader.benchmark), repeated three times. Bandwidth counts the bytes that must
 move: Q, K and V read once, O written once. OUT (JSON) holds the `bench` records (S = N, the key
-length), the `sweep` over splits at B=1, H=32, n_q=1, N=131072, d=128 (the reading's figure), the
-device and the command; the same table as text goes to OUT with the suffix .txt. `--merge` also puts
-the records into benchmarks/results/gpu_evidence.json.
+length), the `sweep` over splits at (B=1, H=32, n_q=1, N=131072) and (B=16, H=8, n_q=4, N=32768),
+d=128 (the reading's figure), the device and the command; the same table as text goes to OUT with
+the suffix .txt. `--merge` also puts the records into benchmarks/results/gpu_evidence.json.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from grader.exercises.m10_decoding import MERGE_THREADS, SPLIT_THREADS, choose_s
 
 RESULTS = ROOT / "benchmarks" / "results"
 SHAPES = [(8, 32, 1, 32768), (1, 32, 1, 131072), (16, 8, 4, 32768)]  # (B, H, n_q, N)
-SWEEP_SHAPE = (1, 32, 1, 131072, 128)  # (B, H, n_q, N, d)
+SWEEP_SHAPES = [(1, 32, 1, 131072, 128), (16, 8, 4, 32768, 128)]  # (B, H, n_q, N, d)
 SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 512)
 EXERCISES = [f"decode_{k}_d{d}" for k in ("split", "merge") for d in (64, 128)]
 REPEATS = 3
@@ -102,7 +102,7 @@ def emulator_main():
     print(f"({time.perf_counter() - start:.1f} s on the emulator)")
 
 
-def gpu_main(out: Path):
+def gpu_main(out: Path, merged: bool = False):
     import cupy
     import torch
     import torch.nn.functional as F
@@ -194,32 +194,31 @@ def gpu_main(out: Path):
             del tensors, q, k, v, want
             torch.cuda.empty_cache()
 
-    B, H, n_q, N, d = SWEEP_SHAPE
-    split, merge = kernels(d)
-    tensors = inputs(B, H, n_q, N, d)
-    nbytes = decode_bytes(B, H, n_q, N, d)
     sweep = []
-    for splits in SWEEP_SPLITS:
-        ms = float(np.median(measure(ours(split, merge, tensors, splits)[0])))
-        row = dict(B=B, H=H, n_q=n_q, S=N, d=d, splits=splits, blocks=B * H * splits, ms=benchmark._sig(ms),
-                   gbps=benchmark._sig(nbytes / ms / 1e6), hbm_fraction=benchmark._sig(nbytes / ms / 1e9 / HBM_TBPS),
-                   chosen=splits == choose_splits(B, H, N, n_q))
-        sweep.append(row)
-        line = (f"sweep B={B} H={H} N={N} d={d} splits={splits:4d} blocks={row['blocks']:6d}: {ms:8.4f} ms "
-                f"{row['gbps']:7.0f} GB/s")
-        print(line, flush=True)
-        lines.append(line)
-    if not any(r["chosen"] for r in sweep):  # choose_splits' own count, when the list above lacks it
-        splits = choose_splits(B, H, N, n_q)
-        ms = float(np.median(measure(ours(split, merge, tensors, splits)[0])))
-        sweep.append(dict(B=B, H=H, n_q=n_q, S=N, d=d, splits=splits, blocks=B * H * splits, ms=benchmark._sig(ms),
-                          gbps=benchmark._sig(nbytes / ms / 1e6),
-                          hbm_fraction=benchmark._sig(nbytes / ms / 1e9 / HBM_TBPS), chosen=True))
-        sweep.sort(key=lambda r: r["splits"])
+    for B, H, n_q, N, d in SWEEP_SHAPES:
+        split, merge = kernels(d)
+        tensors = inputs(B, H, n_q, N, d)
+        nbytes = decode_bytes(B, H, n_q, N, d)
+        chosen = choose_splits(B, H, N, n_q)
+        rows = []
+        # choose_splits' own count too, when the list lacks it
+        for splits in sorted(set(SWEEP_SPLITS) | {chosen}):
+            ms = float(np.median(measure(ours(split, merge, tensors, splits)[0])))
+            row = dict(B=B, H=H, n_q=n_q, S=N, d=d, splits=splits, blocks=B * H * splits, ms=benchmark._sig(ms),
+                       gbps=benchmark._sig(nbytes / ms / 1e6),
+                       hbm_fraction=benchmark._sig(nbytes / ms / 1e9 / HBM_TBPS), chosen=splits == chosen)
+            rows.append(row)
+            line = (f"sweep B={B} H={H} n_q={n_q} N={N} d={d} splits={splits:4d} blocks={row['blocks']:6d}: "
+                    f"{ms:8.4f} ms {row['gbps']:7.0f} GB/s")
+            print(line, flush=True)
+            lines.append(line)
+        sweep += rows
+        del tensors
+        torch.cuda.empty_cache()
 
     out.parent.mkdir(parents=True, exist_ok=True)
     shown = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
-    command = f"python benchmarks/decode.py gpu --out {shown}"
+    command = f"python benchmarks/decode.py gpu --out {shown}" + (" --merge" if merged else "")
     out.write_text(json.dumps(dict(device=device, hbm_tbps=HBM_TBPS, command=command, bench=records, sweep=sweep),
                               indent=1) + "\n")
     out.with_suffix(".txt").write_text("\n".join([f"{device}: {command}", *lines]) + "\n")
@@ -235,6 +234,6 @@ if __name__ == "__main__":
     if a.mode == "emulator":
         emulator_main()
     else:
-        recs = gpu_main(a.out)
+        recs = gpu_main(a.out, a.merge)
         if a.merge:
             benchmark.merge_records(RESULTS / "gpu_evidence.json", recs)

@@ -443,6 +443,7 @@ class EmulatedKernel:
         space, off, kind_now, kind_before = int(f[0]), int(f[1]), int(f[2]), int(f[3])
         block_before, thread_before = tuple(int(v) for v in f[4:7]), tuple(int(v) for v in f[7:10])
         pc_before, same_block, same_warp, size = int(f[10]), f[11] == "1", f[12] == "1", int(f[13])
+        named = len(f) > 14 and f[14] == "1"  # the block used named barriers
         line_now = _source_line(lib.path, o.pc - o.lib_base - 1)
         line_before = _source_line(lib.path, pc_before - 1)
         now = (o.block, o.thread, kind_now, line_now)
@@ -468,6 +469,9 @@ class EmulatedKernel:
             pass
         elif same_warp:
             msg += " (same block and warp, with no __syncthreads(), __syncwarp() or warp collective between them)"
+        elif named:
+            msg += (" (same block, with no __syncthreads() between them, and no named barrier phase that the first "
+                    "thread arrived at after its access and the second waited at before its own)")
         else:
             msg += " (same block, with no __syncthreads() between them)"
         msg += f". This is a {kind}"
@@ -488,10 +492,21 @@ class EmulatedKernel:
         elif same_warp:
             msg += (": a __syncthreads() is missing between these two accesses (or a __syncwarp(), where only "
                     "the lanes of one warp share this data).")
+        elif named:
+            msg += (": a barrier is missing between these two accesses. With warps in roles, a buffer changes hands "
+                    "through named barriers: the writer arrives (named_barrier_arrive) after it has written and the "
+                    "reader waits (named_barrier_sync) at that barrier before it reads; before it overwrites the "
+                    "buffer, the writer waits at the barrier the readers arrive at when they are done with it.")
         else:
             msg += (": a __syncthreads() is missing between these two accesses (typically a shared tile "
                     "overwritten for the next iteration while other threads still read it, or read before "
                     "every thread has written it).")
+        landing = [ln for b, t, k, ln in order if k == 1 and ln and 1 <= ln <= len(lib.source_lines)
+                   and "cp_async_wait" in lib.source_lines[ln - 1]]
+        if landing:
+            msg += (f" The write on line {landing[0]} is a cp.async copy landing: a copy counts as written only at the "
+                    "cp_async_wait that retires its group, so that wait must retire it (a smaller N, or "
+                    "cp_async_wait<0>) before the copying thread hands the buffer over.")
         err = RaceConditionError(msg, kernel=self.name, block=o.block, thread=o.thread, line=line_now)
         err.explained = True
         return err

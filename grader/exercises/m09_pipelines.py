@@ -267,7 +267,19 @@ KERNELS = {
         what="as tc_flash_fwd_pipe, with unpadded shared rows laid out by the XOR swizzle (chunk c of row r at "
         "c ^ (r % 8)); the check profiles the shared loads on the emulator",
         mistakes=SWIZZLE_MISTAKES, profile=_banks_profile),
+    "tc_flash_fwd_ws": dict(
+        pad=8, producer=32,
+        what="warp-specialised: the last warp only copies (Q with tile 0, then each K/V tile into stage j % STAGES, "
+        "after waiting at named barrier EMPTY(s) = 1 + STAGES + s for the consumers to leave it, then arriving at "
+        "FULL(s) = 1 + s once the copy has landed); the other BLOCK_ROWS / 16 warps only compute, waiting at FULL(s) "
+        "and arriving at EMPTY(s); every barrier counts all the block's threads",
+        mistakes=[], profile=None),
 }
+
+
+def block_threads(kernel, block_rows):
+    """Threads per block: 16 query rows per computing warp, and the producer warp where there is one."""
+    return 2 * block_rows + KERNELS[kernel].get("producer", 0)
 
 
 def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLOCK_ROWS, register=True):
@@ -292,7 +304,8 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
         kernel=kernel,
         signature=f"{kernel}(const elem* Q, const elem* K, const elem* V, elem* O, float* L, int N, float scale)",
         launch_shape=f"compiled with -DHEAD_DIM={d} {' '.join(extra)} (elem = {elem}; BLOCK_ROWS={block_rows}, "
-        f"STAGES={stages}); grid = (ceil_div(N, BLOCK_ROWS), H, B), block = 2 * BLOCK_ROWS threads (warp w owns "
+        f"STAGES={stages}); grid = (ceil_div(N, BLOCK_ROWS), H, B), block = 2 * BLOCK_ROWS"
+        f"{' + 32' if spec.get('producer') else ''} threads (warp w owns "
         f"query rows 16w..16w+15 of the block's tile); dynamic shared memory = (BLOCK_ROWS + 2 * STAGES * {TILE}) * "
         f"(HEAD_DIM{' + 8' if spec['pad'] else ''}) * 2 bytes: {spec['what']}"
         f"{'; query row i sees keys 0..i, warps skip key tiles past their last row' if causal else ''}; "
@@ -303,7 +316,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
         magnitude=_magnitude,
         args=_args,
         grid=lambda p: (ceil_div(p.N, block_rows), p.H, p.B),
-        block=lambda p: 2 * block_rows,
+        block=lambda p: block_threads(kernel, block_rows),
         shared_mem=lambda p: shared_bytes(p.d, block_rows, stages, spec["pad"]),
         options=(f"-DHEAD_DIM={d}", *extra),
         cases=_rows(dict(d=d, causal=causal)),
@@ -323,7 +336,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
             exercise=ex_id,
             params={"BLOCK_ROWS": (64, 128), "STAGES": (2, 3, 4)},
             grid=lambda p, cfg: (ceil_div(p.N, cfg["BLOCK_ROWS"]), p.H, p.B),
-            block=lambda p, cfg: 2 * cfg["BLOCK_ROWS"],
+            block=lambda p, cfg: block_threads(kernel, cfg["BLOCK_ROWS"]),
             shared_mem=lambda p, cfg: shared_bytes(p.d, cfg["BLOCK_ROWS"], cfg["STAGES"], spec["pad"]),
             row_fields=(lambda cfg: {"io_check": tile_skipping_io(cfg["BLOCK_ROWS"], TILE, 2)}) if causal else None,
         ))
@@ -334,6 +347,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
 for _kernel, _builds in {
     "tc_flash_fwd_pipe": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES), (64, False, 3)],
     "tc_flash_fwd_swizzle": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES)],
+    "tc_flash_fwd_ws": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES)],
 }.items():
     for _d, _causal, _stages in _builds:
         variant(_kernel, _d, "fp16", _causal, _stages)

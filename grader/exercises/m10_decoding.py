@@ -10,9 +10,10 @@ lengths[b])) with chunk = ceil_div(N, splits).
 
 The named mistakes simulate, in float64, what a kernel computes with the wrong chunk bounds,
 the wrong weights or the wrong guards, so a failing check can say which. Those inside a block of
-decode_split (a reduction across slots, the slots' merge, a missing -inf guard, the query groups) follow
-the notebook's layout: SLOTS slots of d / 8 lanes, slot r taking the keys start + r, start + r + SLOTS, ...,
-and groups of QG = 4 queries; a kernel laid out otherwise is judged by the other checks only.
+decode_split (a reduction across slots, the order of the queries in a lane's registers, the slots' merge, a
+missing -inf guard, the query groups) follow the notebook's layout: SLOTS slots of d / 8 lanes, slot r taking the
+keys start + r, start + r + SLOTS, ..., groups of QG = 4 queries walked as G = 1, 2 or 4, lane t of a slot owning
+query t / (d / 8 / G) of its group; a kernel laid out otherwise is judged by the other checks only.
 """
 import functools
 
@@ -39,16 +40,15 @@ def decode_bytes(B: int, H: int, n_q: int, N: int, d: int) -> int:
 
 
 def choose_splits(B: int, H: int, N: int, n_q: int = 1, sms: int = H100_SMS, blocks_per_sm: int = 32,
-                  work_per_chunk: int = 4096) -> int:
+                  min_chunk: int = 4096) -> int:
     """The host's choice of ``splits`` for a decode launch: about ``blocks_per_sm`` blocks
     (B * H * splits) per SM, many waves of the blocks an SM can hold at once, so that the last,
-    partly filled wave is a small part of the time; but no chunk with fewer than
-    ``work_per_chunk / n_q`` keys (and never under 256), over which each block's fixed work (loading
-    q, merging its states, writing its partial result) is spread: with more queries a key is more
-    work, so shorter chunks pay. At least 1. (The constants come from the H100 sweeps of
-    benchmarks/decode.py.)"""
+    partly filled wave is a small part of the time; but no chunk with fewer than ``min_chunk`` keys,
+    over which each block's fixed work (loading q, merging its slots' states, writing its partial
+    result) is spread. At least 1. ``n_q`` does not change the choice: a block's fixed work grows with
+    the number of queries as its work per key does, and at n_q = 4 chunks of 4096 keys beat chunks of
+    1024. (The constants come from the H100 sweeps of benchmarks/decode.py.)"""
     wanted = ceil_div(blocks_per_sm * sms, B * H)
-    min_chunk = max(256, work_per_chunk // max(1, n_q))
     return max(1, min(wanted, ceil_div(N, min_chunk)))
 
 
@@ -211,6 +211,28 @@ def _q_rows_from_zero(p, x):
     return _as_split(partials(p, dict(x, Q=np.asarray(x["Q"])[:, :, np.arange(p.n_q) % QG])))
 
 
+def _q_in_query_order(p, x):
+    """walk<G>'s reduce-scatter expects lane t's register j to hold query j ^ mine (mine = t / (LANES_PER_KEY / G),
+    the query the lane owns, G = 1, 2 or 4 queries per group as the notebook's dispatch). With row j of the group
+    in register j instead, the lanes that own query a add up, on the d / G columns of lane group c (the lanes that
+    own query c), the partial dot products of query a ^ c: query a is scored with the row whose columns of group
+    c are those of query a ^ c (zeros past the group's last query). None when every group has one query."""
+    if p.n_q == 1:
+        return None
+    q = np.asarray(x["Q"], np.float64)
+    mixed = np.zeros_like(q)
+    for q0 in range(0, p.n_q, QG):
+        nq = min(QG, p.n_q - q0)
+        g = 1 if nq == 1 else 2 if nq == 2 else QG
+        width = p.d // g
+        for a in range(nq):
+            for c in range(g):
+                if a ^ c < nq:
+                    cols = slice(c * width, (c + 1) * width)
+                    mixed[..., q0 + a, cols] = q[..., q0 + (a ^ c), cols]
+    return _as_split(partials(p, dict(x, Q=mixed)))
+
+
 def _scores_summed(group):
     """Every key's score replaced by the sum of the scores of the ``group`` keys that ``group`` neighbouring
     slots hold in one step (a shuffle reduction over group * LANES_PER_KEY lanes): keys start + group * t ..
@@ -340,6 +362,13 @@ SPLIT_MISTAKES = [
             f"query q0 + i of the group of {QG} that starts at q0 is row head * n_q + q0 + i of Q: loading row "
             f"head * n_q + i computes every later group with the q of queries 0 .. {QG - 1}.",
             _q_rows_from_zero),
+    Mistake("q loaded in query order, not j ^ mine",
+            "reduce_scatter adds the partner's register j + n to register j, which sums one query only if every lane "
+            "keeps the group's queries in the order 'query j ^ mine in register j' (mine = t / (LANES_PER_KEY / G), "
+            "the query lane t of the slot owns): then the partner's upper half holds this lane's lower-half queries. "
+            "Load row j ^ mine of the group into q[j] (and write acc[j] to query j ^ mine); with row j in q[j] each "
+            "score mixes the columns of several queries.",
+            _q_in_query_order),
     *(Mistake("score reduced across slots",
               "a key's score is the sum of the partial dot products of its own slot's LANES_PER_KEY = HEAD_DIM / 8 "
               "lanes: shuffle with the offsets LANES_PER_KEY / 2, ..., 1. Offsets that reach further (16, as in "

@@ -20,6 +20,18 @@
 // commit, cp_async_wait<1>() (tile k has landed), __syncthreads(), compute on tile k,
 // __syncthreads() (before tile k's buffer is overwritten).
 //
+// Named barriers, for warps with different roles (a producer warp that copies, consumer warps that
+// compute): a barrier that only `count` threads (a multiple of 32) meet at, among the 16 a block
+// has (ids 1..15; 0 is __syncthreads()'s).
+//
+//   named_barrier_sync(id, count)    counts this thread and waits until `count` threads have
+//                                    arrived at barrier `id` in this phase (bar.sync id, count).
+//   named_barrier_arrive(id, count)  counts this thread and goes on (bar.arrive id, count): a
+//                                    producer announcing a full buffer, a consumer an empty one.
+//
+// What a thread wrote before it arrived is visible to the threads that wait at that phase, after
+// they are released; an arriving thread learns nothing from the others.
+//
 // On the CPU emulator (__CUDA_EMULATOR__) the same calls run in emu_async.hpp: the copy is
 // deferred to the wait, an early read of the destination shows 0xFF bytes (NaN), and the traced
 // build names the read, the copy and the missing wait.
@@ -49,6 +61,12 @@ EMU_ASYNC_FN void cp_async_wait(emu::async::Line line = {__builtin_LINE()}) {
     emu::async::wait(line.n, N);
 }
 EMU_ASYNC_FN void cp_async_wait_all(emu::async::Line line = {__builtin_LINE()}) { emu::async::wait_all(line.n); }
+EMU_ASYNC_FN void named_barrier_sync(int id, int count, emu::async::Line line = {__builtin_LINE()}) {
+    emu_named_barrier(id, count, 0, line.n);
+}
+EMU_ASYNC_FN void named_barrier_arrive(int id, int count, emu::async::Line line = {__builtin_LINE()}) {
+    emu_named_barrier(id, count, 1, line.n);
+}
 #undef EMU_ASYNC_FN
 
 #else  // a GPU: the PTX instructions themselves (sm_80 and later)
@@ -78,6 +96,12 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 #undef COURSE_SMEM
 
 #endif

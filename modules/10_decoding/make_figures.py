@@ -259,38 +259,49 @@ def fig_bandwidth(d: dict) -> None:
     save(fig, "bandwidth.png")
 
 
+def sweeps(d: dict) -> list[list[dict]]:
+    """The rows of each swept shape, in the order measured."""
+    out: dict[tuple, list[dict]] = {}
+    for r in d["sweep"]:
+        out.setdefault((r["B"], r["H"], r["n_q"], r["S"], r["d"]), []).append(r)
+    return list(out.values())
+
+
 def table_sweep(d: dict) -> str:
-    rows = d["sweep"]
-    best = min(rows, key=lambda r: r["ms"])
-    chosen = next(r for r in rows if r["chosen"])
-    one = next(r for r in rows if r["splits"] == 1)
-    return (f"![Time and bandwidth over the number of splits](img/splits_sweep.png)\n\n"
-            f"At B = {one['B']}, H = {one['H']}, n_q = {one['n_q']}, N = {one['S']}, d = {one['d']}: one split per "
-            f"head takes {one['ms']:.3g} ms ({one['hbm_fraction']:.0%} of the bandwidth); the fastest count measured, "
-            f"splits = {best['splits']} ({best['blocks']} blocks), {best['ms']:.3g} ms ({best['hbm_fraction']:.0%}); "
-            f"`choose_splits` picks {chosen['splits']} ({chosen['blocks']} blocks), {chosen['ms']:.3g} ms "
-            f"({chosen['hbm_fraction']:.0%}).\n")
+    lines = []
+    for rows in sweeps(d):
+        best = min(rows, key=lambda r: r["ms"])
+        chosen = next(r for r in rows if r["chosen"])
+        one = next(r for r in rows if r["splits"] == 1)
+        lines.append(f"At B = {one['B']}, H = {one['H']}, n_q = {one['n_q']}, N = {one['S']}, d = {one['d']}: "
+                     f"one split per head takes {one['ms']:.3g} ms ({one['hbm_fraction']:.0%} of the bandwidth); "
+                     f"the fastest count measured, splits = {best['splits']} ({best['blocks']} blocks), "
+                     f"{best['ms']:.3g} ms ({best['hbm_fraction']:.0%}); `choose_splits` picks {chosen['splits']} "
+                     f"({chosen['blocks']} blocks), {chosen['ms']:.3g} ms ({chosen['hbm_fraction']:.0%}).")
+    return "![Time and bandwidth over the number of splits](img/splits_sweep.png)\n\n" + "\n\n".join(lines) + "\n"
 
 
 def fig_sweep(d: dict) -> None:
-    rows = d["sweep"]
-    s = np.array([r["splits"] for r in rows])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.4))
-    ax1.plot(s, [r["ms"] for r in rows], "o-", color=BLUE)
-    ax2.plot(s, [r["hbm_fraction"] for r in rows], "o-", color=BLUE)
-    for ax in (ax1, ax2):
+    for i, rows in enumerate(sweeps(d)):
+        r0, color = rows[0], (BLUE, GREEN, PURPLE)[i % 3]
+        s = np.array([r["splits"] for r in rows])
+        label = f"B={r0['B']} H={r0['H']} n_q={r0['n_q']} N={r0['S'] // 1024}k"
+        ax1.plot(s, [r["ms"] for r in rows], "o-", color=color, label=label)
+        ax2.plot(s, [r["hbm_fraction"] for r in rows], "o-", color=color, label=label)
         chosen = next(r for r in rows if r["chosen"])
-        y = chosen["ms"] if ax is ax1 else chosen["hbm_fraction"]
-        ax.plot([chosen["splits"]], [y], "o", color=ORANGE, ms=9, label="choose_splits")
+        for ax, y in ((ax1, chosen["ms"]), (ax2, chosen["hbm_fraction"])):
+            ax.plot([chosen["splits"]], [y], "o", color=ORANGE, ms=9, label="choose_splits" if i == 0 else None)
+    for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("splits per head")
-        ax.legend(fontsize=8, frameon=False)
+        ax.legend(fontsize=7, frameon=False)
     ax1.set_yscale("log")
     ax1.set_ylabel("split + merge, ms")
     ax2.set_ylabel(f"share of {d['hbm_tbps']} TB/s")
     ax2.axhline(1.0, color=RED, lw=1, ls="--")
-    r0 = rows[0]
-    fig.suptitle(f"B={r0['B']} H={r0['H']} n_q={r0['n_q']} N={r0['S']} d={r0['d']}, fp16 ({d['device']})", fontsize=9)
+    dims = sorted({r["d"] for r in d["sweep"]})
+    fig.suptitle(f"d={', '.join(map(str, dims))}, fp16 ({d['device']})", fontsize=9)
     despine(ax1, ax2)
     fig.tight_layout()
     save(fig, "splits_sweep.png")

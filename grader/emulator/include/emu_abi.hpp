@@ -66,6 +66,9 @@ int emu_syncthreads_reduce(int line, int op, int pred);
 uint64_t emu_warp(int op, int line, unsigned mask, uint64_t bits, int arg, int width);
 unsigned emu_activemask(void);
 void emu_yield(void);
+// bar.sync id, count (arrive = 0: wait until `count` threads have arrived in this phase) or
+// bar.arrive id, count (arrive = 1: count this thread and go on). ids 1..15.
+void emu_named_barrier(int id, int count, int arrive, int line);
 [[noreturn]] void emu_assert_fail(const char* expr, const char* file, int line);
 [[noreturn]] void emu_trap(const char* file, int line);
 int emu_printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

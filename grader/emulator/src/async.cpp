@@ -166,6 +166,13 @@ void async_thread_done(Worker* w, Fiber* f) {
     else if (own)
         snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
                  "issuer also need a __syncthreads() after that wait", what);
+    else if (w->named_used)  // warps in roles: buffers change hands at named barriers
+        snprintf(fix, sizeof fix, "with warps in roles, a buffer changes hands at named barriers: thread %s must wait for its "
+                 "copy (cp_async_wait) before it arrives at the barrier that hands the buffer over (named_barrier_arrive), and "
+                 "this thread must wait at that barrier (named_barrier_sync) before this %s; if the %s is meant for the "
+                 "buffer's previous contents, the copying thread must wait at the barrier the readers arrive at when they "
+                 "leave the buffer before its cp.async overwrites it; or this %s's address strays out of its tile into a "
+                 "buffer being refilled", who.c_str(), what, what, what);
     else if (story == kAfterWait)
         snprintf(fix, sizeof fix, "if this %s is meant for the tile being computed, its address strays out of that tile into "
                  "a buffer being refilled (a row stride, stage offset or swizzle that leaves its buffer: check the %s's "

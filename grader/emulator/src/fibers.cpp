@@ -104,6 +104,9 @@ std::string where_waiting(const Fiber& f) {
     char buf[128];
     if (f.state == kWaitBarrier) snprintf(buf, sizeof buf, "wait at __syncthreads() on line %d", f.line);
     else if (f.state == kWaitWarp) snprintf(buf, sizeof buf, "wait at %s(mask 0x%08x) on line %d", collective_name(f), f.mask, f.line);
+    else if (f.state == kWaitNamed)
+        snprintf(buf, sizeof buf, "wait at named barrier %d (%d of %d threads arrived) on line %d", f.bar_id,
+                 t_worker->named[f.bar_id].arrived, t_worker->named[f.bar_id].expected, f.line);
     else if (f.state == kDone) snprintf(buf, sizeof buf, "have finished (returned)");
     else snprintf(buf, sizeof buf, "are runnable");
     return buf;
@@ -113,13 +116,14 @@ std::string where_waiting(const Fiber& f) {
 [[noreturn]] void deadlock(Worker* w) {
     std::vector<std::pair<std::string, std::vector<int>>> groups;
     int first_waiting = -1;
-    bool any_done = false, any_bar = false, any_warp = false;
+    bool any_done = false, any_bar = false, any_warp = false, any_named = false;
     for (int i = 0; i < w->threads; ++i) {
         const Fiber& f = w->fibers[i];
         if (f.state != kDone && first_waiting < 0) first_waiting = i;
         any_done |= f.state == kDone;
         any_bar |= f.state == kWaitBarrier;
         any_warp |= f.state == kWaitWarp;
+        any_named |= f.state == kWaitNamed;
         std::string key = where_waiting(f);
         auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == key; });
         if (it == groups.end()) groups.push_back({key, {i}});
@@ -132,6 +136,11 @@ std::string where_waiting(const Fiber& f) {
         text += "Every thread of a block must reach each __syncthreads(): do not return early (or skip a "
                 "__syncthreads() in an if) before a barrier that other threads wait at; guard the work, "
                 "not the barrier.";
+    else if (any_named)
+        text += "A named barrier releases its waiters when as many threads as its count have arrived at it (bar.sync "
+                "or bar.arrive) in this phase: count the producer and consumer threads that reach each one, and check "
+                "that the side that waits is not also the side that must arrive first (a producer that waits for a "
+                "buffer no consumer will release, consumers that wait for a tile no producer will copy).";
     else if (any_warp)
         text += "Every lane named in a warp collective's mask must call it: a lane that returned early, "
                 "waits elsewhere, or is outside the block never arrives.";
@@ -156,6 +165,7 @@ void run_block(Worker* w, uint64_t linear) {
         w->uid = ++g_uid;
         g_uid_block.push_back(linear);
         w->epoch = 0;
+        w->vc_mode = false;
         w->warp_hist.resize(size_t((n + 31) / 32));
         for (auto& h : w->warp_hist) h.clear();
     }
@@ -170,6 +180,8 @@ void run_block(Worker* w, uint64_t linear) {
     async_block_begin(w);
     w->live = n;
     w->arrived = 0;
+    for (NamedBarrier& b : w->named) b.arrived = 0, b.members.clear(), b.waits.clear(), b.known.clear(), b.waited = false;
+    w->named_used = false;
     while (w->live > 0) {
         bool ran = false;
         for (int k = 0; k < n; ++k) {
@@ -314,10 +326,99 @@ int emu_syncthreads_reduce(int line, int op, int pred) {
     }
     w->arrived = 0;
     w->epoch++;
+    if (w->vc_mode) {  // everyone synchronises with everyone: each learns every thread's clock
+        for (int i = 0; i < w->threads; ++i) w->clock[i]++;
+        for (int i = 0; i < w->threads; ++i)
+            std::copy(w->clock.begin(), w->clock.end(), w->vc.begin() + ptrdiff_t(i) * w->threads);
+    }
     // Yield rather than run ahead: after a barrier the threads start again in schedule order,
     // much as a block's warps leave a barrier together on a GPU.
     fiber_yield(w);
     return result;
+}
+
+// bar.sync id, count (arrive = 0) or bar.arrive id, count (arrive = 1).
+void emu_named_barrier(int id, int count, int arrive, int line) {
+    Worker* w = t_worker;
+    Fiber* f = cur_fiber();
+    const char* what = arrive ? "named_barrier_arrive" : "named_barrier_sync";
+    if (id < 1 || id >= kNamedBarriers)
+        emu_usage_error(line, "%s(%d, %d): the barrier id must be 1..%d (a block has %d barriers; 0 is the one "
+                        "__syncthreads() uses)", what, id, count, kNamedBarriers - 1, kNamedBarriers);
+    if (count <= 0 || count % 32 || count > w->threads)
+        emu_usage_error(line, "%s(%d, %d): the thread count must be a positive multiple of 32 (a barrier counts "
+                        "whole warps), at most the block's %d threads", what, id, count, w->threads);
+    NamedBarrier& b = w->named[id];
+    w->named_used = true;
+    if (b.arrived == 0) b.expected = count, b.line = line;
+    else if (b.expected != count)
+        emu_usage_error(line, "%s(%d, %d): thread %s arrives with count %d, but this phase of barrier %d began with "
+                        "count %d (line %d): every thread of one phase must give the same count", what, id, count,
+                        thread_name(w, int(f->linear)).c_str(), count, id, b.expected, b.line);
+    for (size_t k = 0; k < b.members.size(); ++k)
+        if (b.members[k] == int(f->linear)) {
+            if (!b.waited)
+                emu_usage_error(line, "%s(%d, %d): thread %s arrives at barrier %d a second time in one phase (the phase "
+                                "began on line %d and still waits for %d more threads), and no thread of the block has "
+                                "waited at barrier %d yet: the threads this barrier hands over to never wait at it (each "
+                                "must call named_barrier_sync(%d, %d) before it uses what was handed over)",
+                                what, id, count, thread_name(w, int(f->linear)).c_str(), id, b.line,
+                                b.expected - b.arrived, id, id, count);
+            emu_usage_error(line, "%s(%d, %d): thread %s arrives at barrier %d a second time in one phase (the phase began "
+                            "on line %d and still waits for %d more threads): it runs ahead of the threads that wait at "
+                            "this barrier. Before it arrives again it must wait at a barrier they arrive at once they are "
+                            "done with what it handed over (a producer: at EMPTY before it refills a stage)",
+                            what, id, count, thread_name(w, int(f->linear)).c_str(), id, b.line, b.expected - b.arrived);
+        }
+    if (!arrive) b.waited = true;
+    if (t_race) {
+        if (!w->vc_mode) {  // from now on, vector clocks (launcher.hpp): everyone starts at the epoch
+            w->vc_mode = true;
+            w->clock.assign(size_t(w->threads), w->epoch);
+            w->vc.assign(size_t(w->threads) * w->threads, w->epoch);
+        }
+        w->clock[f->linear]++;
+        // What this arrival passes on is what the thread knows now (an arriving thread goes on and
+        // learns more later; that must not flow back into this phase).
+        const uint32_t* row = &w->vc[size_t(f->linear) * w->threads];
+        b.known.insert(b.known.end(), row, row + w->threads);
+        b.known[b.known.size() - w->threads + f->linear] = w->clock[f->linear];
+    }
+    b.arrived++;
+    b.members.push_back(int(f->linear));
+    b.waits.push_back(char(!arrive));
+    if (b.arrived < b.expected) {
+        if (arrive) return;
+        f->state = kWaitNamed;
+        f->line = line;
+        f->bar_id = id;
+        fiber_yield(w);
+        return;
+    }
+    // The phase is complete: the threads that wait learn what every arriving thread had done.
+    if (t_race) {
+        const int n = w->threads;
+        std::vector<uint32_t> joined(size_t(n), 0);
+        for (size_t k = 0; k < b.members.size(); ++k) {
+            const uint32_t* row = &b.known[k * n];
+            for (int u = 0; u < n; ++u) joined[u] = std::max(joined[u], row[u]);
+        }
+        for (size_t k = 0; k < b.members.size(); ++k)
+            if (b.waits[k]) {
+                uint32_t* mine = &w->vc[size_t(b.members[k]) * n];
+                for (int u = 0; u < n; ++u) mine[u] = std::max(mine[u], joined[u]);
+            }
+    }
+    for (int m : b.members)
+        if (w->fibers[m].state == kWaitNamed && w->fibers[m].bar_id == id) w->fibers[m].state = kReady;
+    b.arrived = 0;
+    b.members.clear();
+    b.waits.clear();
+    b.known.clear();
+    if (!arrive) {  // as after __syncthreads(): the released threads go on in schedule order
+        f->state = kReady;
+        fiber_yield(w);
+    }
 }
 
 }  // extern "C"

@@ -75,7 +75,7 @@ struct PrintSegment {
     char data[];
 };
 
-enum State : int { kReady = 0, kRunning, kWaitBarrier, kWaitWarp, kDone };
+enum State : int { kReady = 0, kRunning, kWaitBarrier, kWaitWarp, kDone, kWaitNamed };
 
 struct Fiber : emu::FiberHead {
     int state;
@@ -87,6 +87,7 @@ struct Fiber : emu::FiberHead {
     uint64_t val;
     uint64_t result;
     uint32_t wlast;  // race mode: number of the last warp collective this lane completed
+    int bar_id;  // the named barrier this thread waits at (state kWaitNamed)
     // emu_warp_exchange: this lane's operands and the collective's name (the op is kExchange)
     const void* xin;
     void* xout;
@@ -126,6 +127,19 @@ struct Launch {
     std::atomic<uint64_t> next_block;
 };
 
+// A named barrier of a block (bar.sync / bar.arrive with an id and a thread count): the phase in
+// progress, counted in arriving threads.
+struct NamedBarrier {
+    int expected = 0;  // the phase's thread count, set by its first arrival
+    int arrived = 0;
+    int line = 0;  // the first arrival's line
+    std::vector<int> members;  // linear ids arrived in this phase
+    std::vector<char> waits;  // per member: bar.sync (waits) or bar.arrive (goes on)
+    std::vector<uint32_t> known;  // race mode: per member, its vector clock row at its arrival
+    bool waited = false;  // some thread of the block has waited at this barrier (bar.sync)
+};
+constexpr int kNamedBarriers = 16;  // ids 1..15 for named barriers; 0 is __syncthreads()'s
+
 struct Worker {
     pthread_t thread;
     std::vector<Fiber> fibers;
@@ -163,6 +177,15 @@ struct Worker {
     // race mode (see "race detection" below)
     uint32_t uid = 0;    // this block's instance number in the launch
     uint32_t epoch = 0;  // __syncthreads() the block has passed
+    NamedBarrier named[kNamedBarriers];
+    bool named_used = false;  // the block has used a named barrier
+    // Race mode, once a block uses a named barrier: happens-before by vector clocks. clock[t]: the
+    // barrier arrivals thread t has made; vc[t * threads + u]: the arrivals of u that t has
+    // synchronised with. An access records its thread's clock in Access::epoch; it is ordered
+    // before thread c's later access if vc[c][thread] exceeds it. Without named barriers every
+    // thread's clock is the block's epoch and the check stays the plain epoch compare.
+    bool vc_mode = false;
+    std::vector<uint32_t> clock, vc;
     std::vector<std::vector<uint32_t>> warp_hist;  // per warp: the mask of each completed collective
     struct Shadow* sshadow = nullptr;  // shared memory's shadow: static part, then dynamic part
     size_t sshadow_bytes = 0;

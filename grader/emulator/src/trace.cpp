@@ -38,7 +38,9 @@ uint3 thread_of_linear(unsigned i) {
 // Whether access p (earlier) happens before access c (now) by CUDA's rules.
 inline bool race_ordered(const Worker* w, const Access& p, const Access& c) {
     if (p.uid != c.uid) return false;  // different blocks: nothing orders them
-    if (p.thread == c.thread || p.epoch != c.epoch) return true;  // program order, or a __syncthreads()
+    if (p.thread == c.thread) return true;  // program order
+    if (w->vc_mode ? w->vc[size_t(c.thread) * w->threads + p.thread] > p.epoch : p.epoch != c.epoch)
+        return true;  // a barrier between them: __syncthreads(), or a named barrier both took part in
     if ((p.thread >> 5) != (c.thread >> 5)) return false;
     // Same warp: ordered if, after p, a collective that both lanes took part in has completed and
     // c's lane has passed it.
@@ -80,10 +82,10 @@ inline bool race_ordered(const Worker* w, const Access& p, const Access& c) {
     g_err->is_write = c.kind != kAccRead;
     g_err->addr = addr;
     g_err->pc = g_race_lib_base + c.pc;
-    snprintf(g_err->text, sizeof g_err->text, "%d %llu %d %d %u %u %u %u %u %u %u %d %d %u", space,
+    snprintf(g_err->text, sizeof g_err->text, "%d %llu %d %d %u %u %u %u %u %u %u %d %d %u %d", space,
              (unsigned long long)off, int(c.kind), int(p.kind), pb.x, pb.y, pb.z, pt.x, pt.y, pt.z, p.pc,
              int(p.uid == c.uid), int(p.uid == c.uid && (p.thread >> 5) == (c.thread >> 5)),
-             unsigned(__builtin_popcount(c.mask)));
+             unsigned(__builtin_popcount(c.mask)), int(w->vc_mode));
     finish_report();
 }
 
@@ -144,7 +146,7 @@ void race_access(uintptr_t a, unsigned size, int kind, uintptr_t ret) {
     } else {
         return;
     }
-    Access c{w->uid, uint16_t(f->linear), 0, uint8_t(kind), w->epoch,
+    Access c{w->uid, uint16_t(f->linear), 0, uint8_t(kind), w->vc_mode ? w->clock[f->linear] : w->epoch,
              uint32_t(w->warp_hist[f->linear >> 5].size()), uint32_t(ret - g_race_lib_base)};
     const uintptr_t off = a - base;
     const uintptr_t end = off + size;
