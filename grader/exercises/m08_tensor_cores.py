@@ -296,7 +296,8 @@ def _flash_scale(p):
     return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
 
 
-def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transposed=False, rows_paired=False):
+def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transposed=False, rows_paired=False,
+                alpha_rows_swapped=False):
     """The forward as the tensor-core kernel computes it, in float64, tile of 64 keys by tile
     (causal when ``p.causal``: a block walks up to the tile holding its last row, and keys past a
     row are masked), with switches for its fragment mistakes:
@@ -312,6 +313,8 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
     * ``v_transposed``: V read without .trans: every 8 x 8 block of V used transposed.
     * ``rows_paired``: O and L stored to the rows of :func:`_c_rows_paired` (and, causal, masked
       as those rows: the kernel's row index is wrong for both).
+    * ``alpha_rows_swapped``: the accumulator of row g rescaled with row g + 8's factor and the
+      reverse (alpha[1 - e / 2] on the output fragment), l with its own.
     """
     scale = float(_flash_scale(p))
     q = _pad(_f64(x["Q"]), -2, TILE)  # query rows past N are zeros in the kernel's Q tile
@@ -345,7 +348,9 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
             sh = probs.shape
             probs = probs.reshape(*sh[:-2], sh[-2] // 16, 2, 8, TILE // 16, 2, 8)
             probs = probs.swapaxes(-5, -2).reshape(sh)
-        acc_new = alpha[..., lane_of_col] * acc + probs @ v[..., start:start + TILE, :]
+        alpha_acc = alpha[..., (query // 16 * 16 + (query % 16 + 8) % 16)[:alpha.shape[-2]], :] \
+            if alpha_rows_swapped else alpha
+        acc_new = alpha_acc[..., lane_of_col] * acc + probs @ v[..., start:start + TILE, :]
         # Causal: tiles past a block's own are never visited (for a lane that has seen no key yet,
         # a visit would not be a no-op: alpha = exp(-inf - 0) = 0 clears its share of the output).
         visits = (query // TILE >= start // TILE)[:, None] if causal else True
@@ -395,6 +400,10 @@ FLASH_MISTAKES = [
             lambda p, x: dict(O=_tc_forward(p, x, v_transposed=True)["O"])),
     Mistake(C_ROWS[0], C_ROWS[1] + " Here that is the row each lane writes of O and L.",
             lambda p, x: _tc_forward(p, x, rows_paired=True)),
+    Mistake("output rescaled with the other row's factor",
+            "output fragment float e belongs to row g + 8 * (e / 2), like the scores: multiply o[n][e] by "
+            "alpha[e / 2], the factor of its own row, not alpha[1 - e / 2].",
+            lambda p, x: dict(O=_tc_forward(p, x, alpha_rows_swapped=True)["O"]) if p.N > TILE else None),
 ]
 
 
