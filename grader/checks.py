@@ -38,7 +38,7 @@ import functools
 import math
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
@@ -99,6 +99,12 @@ class CaseResult:
     passed: bool
     message: str
     fault: bool = False  # the kernel faulted (race, out of bounds, barrier, time limit, ...)
+    # Numbers that failed: the message without its diagnosis, the declared mistakes that reproduce
+    # them ("name: explain"), those whose model applies here but does not, and the generic diagnosis.
+    head: str = ""
+    named: list = field(default_factory=list)
+    unfit: set = field(default_factory=set)
+    generic: str | None = None
 
 
 @dataclass
@@ -484,10 +490,51 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
         unwritten = never[name]
         diff = compare(name, got[name], want, _tolerance(ex, name, dtype, be), unwritten, be, mags.get(name))
         if diff:  # the first wrong output explains the rest
-            hint = (_named_mistake(ex, p, inputs, got, expected, be, mags)
-                    or _generic_diagnosis(name, got[name], want, unwritten, c.params))
-            return CaseResult(c, False, f"case {shown}: {diff}" + (f"\n  Likely mistake: {hint}" if hint else ""))
-    return CaseResult(c, True, shown)
+            named, unfit = _mistake_fits(ex, p, inputs, got, expected, be, mags)
+            generic = None if named else _generic_diagnosis(name, got[name], want, unwritten, c.params)
+            head = f"case {shown}: {diff}"
+            return CaseResult(c, False, _compose(head, named, generic), head=head, named=named, unfit=unfit,
+                              generic=generic)
+    return CaseResult(c, True, shown + (_race_note() if race_check else ""))
+
+
+def _race_note() -> str:
+    """What a passing race-checked case says it was checked with."""
+    from .emulator import _toolchain
+
+    if _toolchain.clang() is None:
+        return ", run in two thread orders with the same results (race detector unavailable: install clang-16)"
+    return ", with the race detector: no race"
+
+
+def _names(named: list) -> str:
+    """Several mistakes that reproduce one case's numbers: all of them, the first as the likely one."""
+    return named[0] + "".join(f"\n  Or (the same numbers on this case): {f}" for f in named[1:])
+
+
+def _compose(head: str, named: list, generic: str | None, caveat: str = "") -> str:
+    hint = _names(named) if named else generic
+    return head + (f"\n  Likely mistake: {hint}" if hint else "") + caveat
+
+
+def _fit_every_case(results: list) -> None:
+    """A diagnosis must explain every failing case it applies to, not only the one it is shown on:
+    a named mistake whose model applies to another failing case but does not reproduce it is
+    dropped where another name fits all of them, and otherwise kept with that case named."""
+    failing = [r for r in results if not r.passed and r.named]
+    for r in failing:
+        others = [o for o in results if not o.passed and o is not r and o.head]
+        keep = [n for n in r.named if not any(n in o.unfit for o in others)]
+        if keep == r.named:
+            continue
+        if keep:
+            r.named = keep
+            r.message = _compose(r.head, keep, r.generic)
+        else:
+            odd = next(o for o in others if r.named[0] in o.unfit)
+            r.message = _compose(r.head, r.named, r.generic,
+                                 f"\n  (On case '{odd.case.name}', which fails too, the numbers do not fit this "
+                                 "mistake: there may be another one, or a different one.)")
 
 
 def case_margins(ex: Exercise, compiled, c: Case, seed: int, be: str) -> dict:
@@ -508,12 +555,20 @@ def case_margins(ex: Exercise, compiled, c: Case, seed: int, be: str) -> dict:
 def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
     """Every declared mistake that reproduces the outputs on this case (all of them when
     several do: a kernel's numbers cannot tell them apart here), or None."""
+    found = _mistake_fits(ex, p, inputs, got, expected, be, mags)[0]
+    return _names(found) if found else None
+
+
+def _mistake_fits(ex, p, inputs, got, expected, be, mags=None) -> tuple[list, set]:
+    """(the declared mistakes, as "name: explain", that reproduce the outputs on this case, in
+    declaration order; those whose model applies to this case but does not reproduce them)."""
     mags = mags or {}
-    found = []
+    found, tried = [], set()
     for m in ex.mistakes:
         wrong = m.wrong(p, inputs)
         if wrong is None:
             continue
+        tried.add(f"{m.name}: {m.explain}")
         matches, distinct = True, False
         for name, w in wrong.items():
             dtype = _dtype_name(ex, name, p)
@@ -531,9 +586,7 @@ def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
                 distinct = True
         if matches and distinct and f"{m.name}: {m.explain}" not in found:  # (one mistake may have several models)
             found.append(f"{m.name}: {m.explain}")
-    if not found:
-        return None
-    return found[0] + "".join(f"\n  Or (the same numbers on this case): {f}" for f in found[1:])
+    return found, tried - set(found)
 
 
 def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool = False, backend: str | None = None,
@@ -571,6 +624,7 @@ def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool 
             results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}", fault=True))
         if "(KernelTimeoutError)" in results[-1].message:
             stuck = c.name
+    _fit_every_case(results)
     if ex.profile_check is not None and all(r.passed for r in results):
         results.append(_profile_result(ex, compiled, be))
     if ex.io_check is not None and all(r.passed for r in results):

@@ -504,9 +504,12 @@ class EmulatedKernel:
         landing = [ln for b, t, k, ln in order if k == 1 and ln and 1 <= ln <= len(lib.source_lines)
                    and "cp_async_wait" in lib.source_lines[ln - 1]]
         if landing:
+            retires_all = re.search(r"cp_async_wait(<0>|_all)", lib.source_lines[landing[0] - 1])
             msg += (f" The write on line {landing[0]} is a cp.async copy landing: a copy counts as written only at the "
-                    "cp_async_wait that retires its group, so that wait must retire it (a smaller N, or "
-                    "cp_async_wait<0>) before the copying thread hands the buffer over.")
+                    "cp_async_wait that retires its group, so "
+                    + ("the copying thread must reach that wait before it hands the buffer over (wait, then arrive or "
+                       "synchronise)." if retires_all else "that wait must retire it (a smaller N, or cp_async_wait<0>) "
+                       "before the copying thread hands the buffer over."))
         err = RaceConditionError(msg, kernel=self.name, block=o.block, thread=o.thread, line=line_now)
         err.explained = True
         return err

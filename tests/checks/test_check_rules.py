@@ -222,3 +222,22 @@ def test_rows_holding_other_rows_values_are_named_and_a_merely_wrong_output_is_n
     assert "O[0, 0, 0, :] is what O[0, 0, 8, :] should be" in hint
     noisy = want + 0.1 * rng.standard_normal(want.shape)
     assert "other rows" not in (_generic_diagnosis("O", noisy, want, none, {"B": 1, "H": 1}) or "")
+
+
+def test_a_name_is_kept_only_if_it_fits_every_failing_case_it_applies_to():
+    from grader.checks import CaseResult, _compose, _fit_every_case
+    from grader.exercise_rows import case
+
+    a, b = "scale applied twice: multiply once.", "running max starts at 0: initialise m = -INFINITY."
+
+    def failing(name, named, unfit):
+        head = f"case '{name}': 5 of 9 elements of O differ."
+        return CaseResult(case(name, 1, N=8), False, _compose(head, named, None), head=head, named=named, unfit=unfit)
+
+    first, second = failing("one", [a, b], set()), failing("two", [a], {b})
+    _fit_every_case([first, second])
+    assert "Likely mistake: scale applied twice" in first.message and "running max" not in first.message
+    lone, other = failing("one", [b], set()), failing("two", [], {b})
+    _fit_every_case([lone, other])
+    assert "Likely mistake: running max starts at 0" in lone.message
+    assert "On case 'two', which fails too, the numbers do not fit this mistake" in lone.message

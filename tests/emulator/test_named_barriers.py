@@ -103,3 +103,14 @@ def test_a_misused_barrier_is_refused(find, replace, expected):
         run(RELAY.replace(find, replace))
     assert expected in str(info.value)
     assert_healthy()
+
+
+def test_a_count_smaller_than_the_threads_that_meet_says_so():
+    # FULL counted for the consumers alone, on both sides: each phase completes with the first 64
+    # arrivals and the rest spill into the next, until a thread arrives twice in one phase.
+    code = RELAY.replace("named_barrier_sync(1 + s, 96);", "named_barrier_sync(1 + s, 64);") \
+        .replace("named_barrier_arrive(1 + s, 96);", "named_barrier_arrive(1 + s, 64);")
+    with pytest.raises(KernelFault) as info:
+        run(code)
+    assert "96 different threads of the block have arrived at barrier 1, more than its count 64" in str(info.value)
+    assert_healthy()

@@ -136,12 +136,21 @@ std::string where_waiting(const Fiber& f) {
         text += "Every thread of a block must reach each __syncthreads(): do not return early (or skip a "
                 "__syncthreads() in an if) before a barrier that other threads wait at; guard the work, "
                 "not the barrier.";
-    else if (any_named)
+    else if (any_named) {
+        for (int id = 1; id < kNamedBarriers; ++id) {
+            const NamedBarrier& b = w->named[id];
+            if (b.distinct > b.expected && b.expected > 0)
+                text += std::to_string(b.distinct) + " different threads of the block have arrived at barrier " +
+                        std::to_string(id) + ", more than its count " + std::to_string(b.expected) +
+                        ": a phase completes with the first " + std::to_string(b.expected) +
+                        " and the rest spill into the next; if all of them meet at it each time, the count is " +
+                        std::to_string(b.distinct) + ".\n";
+        }
         text += "A named barrier releases its waiters when as many threads as its count have arrived at it (bar.sync "
                 "or bar.arrive) in this phase: count the producer and consumer threads that reach each one, and check "
                 "that the side that waits is not also the side that must arrive first (a producer that waits for a "
                 "buffer no consumer will release, consumers that wait for a tile no producer will copy).";
-    else if (any_warp)
+    } else if (any_warp)
         text += "Every lane named in a warp collective's mask must call it: a lane that returned early, "
                 "waits elsewhere, or is outside the block never arrives.";
     else
@@ -180,7 +189,8 @@ void run_block(Worker* w, uint64_t linear) {
     async_block_begin(w);
     w->live = n;
     w->arrived = 0;
-    for (NamedBarrier& b : w->named) b.arrived = 0, b.members.clear(), b.waits.clear(), b.known.clear(), b.waited = false;
+    for (NamedBarrier& b : w->named) b.arrived = 0, b.members.clear(), b.waits.clear(), b.known.clear(), b.waited = false,
+                                       b.seen.clear(), b.distinct = 0;
     w->named_used = false;
     while (w->live > 0) {
         bool ran = false;
@@ -355,8 +365,18 @@ void emu_named_barrier(int id, int count, int arrive, int line) {
         emu_usage_error(line, "%s(%d, %d): thread %s arrives with count %d, but this phase of barrier %d began with "
                         "count %d (line %d): every thread of one phase must give the same count", what, id, count,
                         thread_name(w, int(f->linear)).c_str(), count, id, b.expected, b.line);
+    if (b.seen.size() != size_t(w->threads)) b.seen.assign(size_t(w->threads), 0);
+    if (!b.seen[f->linear]) b.seen[f->linear] = 1, b.distinct++;
     for (size_t k = 0; k < b.members.size(); ++k)
         if (b.members[k] == int(f->linear)) {
+            if (b.distinct > b.expected)
+                emu_usage_error(line, "%s(%d, %d): thread %s arrives at barrier %d a second time in one phase (the phase "
+                                "began on line %d and still waits for %d more threads), and %d different threads of the "
+                                "block have arrived at barrier %d, more than its count %d: a phase completes with the "
+                                "first %d threads, and the rest spill into the next. If all of them meet at it each time, "
+                                "the count is %d (producer and consumers)", what, id, count,
+                                thread_name(w, int(f->linear)).c_str(), id, b.line, b.expected - b.arrived, b.distinct,
+                                id, b.expected, b.expected, b.distinct);
             if (!b.waited)
                 emu_usage_error(line, "%s(%d, %d): thread %s arrives at barrier %d a second time in one phase (the phase "
                                 "began on line %d and still waits for %d more threads), and no thread of the block has "

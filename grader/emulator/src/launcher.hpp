@@ -137,6 +137,8 @@ struct NamedBarrier {
     std::vector<char> waits;  // per member: bar.sync (waits) or bar.arrive (goes on)
     std::vector<uint32_t> known;  // race mode: per member, its vector clock row at its arrival
     bool waited = false;  // some thread of the block has waited at this barrier (bar.sync)
+    std::vector<char> seen;  // per thread of the block: has arrived at this barrier
+    int distinct = 0;  // threads that have arrived at it at least once
 };
 constexpr int kNamedBarriers = 16;  // ids 1..15 for named barriers; 0 is __syncthreads()'s
 
