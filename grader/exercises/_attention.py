@@ -123,9 +123,8 @@ def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None,
         m_new = np.maximum(m, m_t) if running_max else np.where(np.isneginf(m_t), m, m_t)
         shift = np.where(np.isneginf(m_new), 0.0, m_new)  # no key yet: exp(-inf - 0) = 0, not NaN
         with np.errstate(over="ignore", invalid="ignore"):
-            alpha, beta = np.exp(m - shift), np.exp(m_t - shift)
-            if alpha_power != 1.0:
-                alpha = np.where(np.isneginf(m), 0.0, np.exp((m - shift) * alpha_power))
+            alpha = np.where(np.isneginf(m), 0.0, np.exp((m - shift) * alpha_power))
+            beta = np.exp(m_t - shift)
         if not running_max:
             with np.errstate(invalid="ignore"):
                 alpha = np.where(m - m_new > 88.72, np.inf, alpha)  # float32 exp overflows there
@@ -199,7 +198,7 @@ def forward_mistakes(Mistake, bc, keep=None):
         Mistake("the last partial key tile skipped",
                 f"the number of key tiles is ceil_div(N, {bc}), not N / {bc}: with N not a multiple of {bc} the "
                 "rounded-down count never visits the last keys.",
-                lambda p, x: (as_dict(forward_with_mask(x, sc(p), _and(mask(p, x), j_keys(p) < p.N // bc * bc)))
+                lambda p, x: (as_dict(forward_with_mask(x, sc(p), _and(mask(p, x), _key_index(p) < p.N // bc * bc)))
                               if p.N % bc else None)),
         Mistake("rescale factor inverted",
                 "when the max grows from m_old to m_new, the state shrinks: multiply l and O by exp(m_old - m_new) "
@@ -241,7 +240,7 @@ def _finite0(m):
     return np.where(np.isfinite(m), m, 0.0)
 
 
-def j_keys(p):
+def _key_index(p):
     return np.arange(p.N)[None, :]
 
 
@@ -251,8 +250,8 @@ def _and(keep, extra):
 
 def _lse_with_log_scaled(p, x, scale, keep, factor):
     """L = m + factor * log(l) (the natural max m, the log of the row sum in another base)."""
-    m = ref.partial_state(x["Q"], x["K"], x["V"], scale=scale, mask=keep)[0]
-    lse = forward_with_mask(x, scale, keep)[1]
+    state = ref.partial_state(x["Q"], x["K"], x["V"], scale=scale, mask=keep)
+    m, lse = state[0], ref.finalize_state(state)[1]
     with np.errstate(invalid="ignore"):
         return np.where(np.isfinite(lse), m + factor * (lse - m), lse)
 
