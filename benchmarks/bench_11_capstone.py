@@ -89,15 +89,20 @@ def sweep(source, dtype, d, causal, rows):
     return best[1]
 
 
-# One idea of the kernel taken back at a time, as an edit of the solution (find, replace): the
+# One idea of the kernel taken back at a time, as edits of the solution ((find, replace), ...): the
 # reading's ablation table. Each is timed at the tuned choices of the fp16 configurations.
 ABLATIONS = {
-    "mask code in every tile (one loop body)": (
+    "mask code in every tile (one loop body)": ((
         "            attend<false>(Qw, qf, Ks, Ks + TILE * STRIDE, o, m, l, key0, w0, kv_len, scale_log2);",
-        "            attend<true>(Qw, qf, Ks, Ks + TILE * STRIDE, o, m, l, key0, w0, kv_len, scale_log2);"),
-    "exp2f instead of fast_exp2": ("#include <cuda_bf16.h>\n", "#include <cuda_bf16.h>\n#define fast_exp2 exp2f\n"),
-    "__launch_bounds__(32 * WARPS) on the kernel": (
-        'extern "C" __global__ void capstone_fwd(', 'extern "C" __global__ void __launch_bounds__(WARPS * 32) capstone_fwd('),
+        "            attend<true>(Qw, qf, Ks, Ks + TILE * STRIDE, o, m, l, key0, w0, kv_len, scale_log2);"),),
+    "exp2f instead of fast_exp2": (("#include <cuda_bf16.h>\n", "#include <cuda_bf16.h>\n#define fast_exp2 exp2f\n"),),
+    "__launch_bounds__(32 * WARPS) on the kernel": ((
+        'extern "C" __global__ void capstone_fwd(', 'extern "C" __global__ void __launch_bounds__(WARPS * 32) capstone_fwd('),),
+    "every score scaled before the max (a multiply per score)": (
+        ("            for (int e = 0; e < 4; ++e) {\n                if (MASKED) {",
+         "            for (int e = 0; e < 4; ++e) {\n                s[rg][n][e] *= scale_log2;\n                if (MASKED) {"),
+        ("mx[r] = fmaxf(m[rg][r], mx[r] * scale_log2);", "mx[r] = fmaxf(m[rg][r], mx[r]);"),
+        ("fast_exp2(fmaf(s[rg][n][e], scale_log2, -base[e / 2]))", "fast_exp2(s[rg][n][e] - base[e / 2])")),
 }
 
 
@@ -105,10 +110,13 @@ def ablation(source, dtype, d, causal, cfg, kept_tflops):
     """The kernel with each ABLATIONS edit, timed at this configuration's kept choices."""
     ex_id = build(dtype, d, causal, cfg)
     rows = []
-    for what, (find, replace) in ABLATIONS.items():
-        if source.count(find) != 1:
-            raise SystemExit(f"ablation {what!r}: its find text no longer stands once in the solution")
-        report = grader.bench(ex_id, source.replace(find, replace), dtype=dtype, baselines=False,
+    for what, edits in ABLATIONS.items():
+        edited = source
+        for find, replace in edits:
+            if edited.count(find) != 1:
+                raise SystemExit(f"ablation {what!r}: its find text {find!r} no longer stands once in the solution")
+            edited = edited.replace(find, replace)
+        report = grader.bench(ex_id, edited, dtype=dtype, baselines=False,
                               budget=Budget(min_runs=10, min_ms=150))
         if not report.check_passed:
             raise SystemExit(f"ablation {what!r}: {report.check_message}")
