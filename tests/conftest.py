@@ -31,12 +31,14 @@ def on_emulator():
 
 
 # pytest runs on every core (pyproject: -n auto --dist loadgroup). The tests of these files share
-# a module- or session-scoped fixture that costs seconds to a minute (a graded class, a course, a
-# browser): each file's tests stay on one worker, so the fixture is built once.
+# a fixture that costs seconds to minutes (a graded class, a course, a browser): each file's tests
+# stay on one worker, and the fixture is session-scoped, because the worker may run other files'
+# tests between them and a module-scoped fixture would be torn down and built again.
 ONE_WORKER = {"test_autograde_clean.py", "test_autograde.py", "test_instructor_config.py", "test_student_bundle.py",
               "test_nbgrader_stub.py", "test_feedback_mathjax.py", "test_jupyterlab.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group into the node id
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in ONE_WORKER:

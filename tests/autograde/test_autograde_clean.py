@@ -2,7 +2,7 @@
 then nbgrader's own ``generate_feedback`` and ``export`` (the documented instructor commands).
 
 Every cheat must get the score its honest work earns, every victim keeps its score, no file
-outside the sandbox changes, no process outlives the run. One run (module-scoped fixture),
+outside the sandbox changes, no process outlives the run. One run (a session-scoped fixture),
 several assertions; about a minute on two cores (the first run also builds the sandbox's
 emulator runtime, about 25 s, reused by later runs with the same grader files).
 """
@@ -45,7 +45,7 @@ def _env() -> dict:
     return env
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def graded(tmp_path_factory):
     course = tmp_path_factory.mktemp("adversarial-course")
     for d in (f"exercises/{MODULE}", f"notebooks/{MODULE}"):

@@ -49,7 +49,7 @@ def _notebook():
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def course(tmp_path_factory):
     course = tmp_path_factory.mktemp("mathjax-course")
     shutil.copyfile(ROOT / classroom.CONFIG, course / classroom.CONFIG)

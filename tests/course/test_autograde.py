@@ -40,7 +40,7 @@ def _with_cell(nb, source, after=1):
     return nb
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def dummy_course(tmp_path_factory):
     course = tmp_path_factory.mktemp("dummy-course")
     shutil.copyfile(ROOT / classroom.CONFIG, course / classroom.CONFIG)
@@ -118,7 +118,7 @@ def test_output_is_capped_in_bytes(dummy_course):
 # ------------------------------------------------------------------ module 00, the real thing
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo_00(tmp_path_factory):
     return classroom.demo(modules=["00_launching_kernels"], out=tmp_path_factory.mktemp("demo"), quiet=True)
 

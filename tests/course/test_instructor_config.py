@@ -27,7 +27,7 @@ def _nbgrader_bare(args, course):
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def course(tmp_path_factory):
     course = tmp_path_factory.mktemp("config-course")
     shutil.copyfile(ROOT / classroom.CONFIG, course / classroom.CONFIG)

@@ -56,12 +56,12 @@ def _package_copy(dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bundle(tmp_path_factory):
     return student.student_bundle(tmp_path_factory.mktemp("student") / "bundle", quiet=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory):
     return _package_copy(tmp_path_factory.mktemp("site"))
 
