@@ -35,8 +35,8 @@ def run(seeds: int, procs: int, keyword: str, base: int, backend: str, out: Path
                    "-o", "addopts=", "-W", "ignore", "-k", keyword]
             log = open(Path(tmp) / f"{i}.log", "w")
             parts.append((part, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)))
-        stop = time.time() + deadline if deadline else None
-        while stop and time.time() < stop and any(p.poll() is None for _, p in parts):
+        stop = time.time() + deadline if deadline else float("inf")
+        while time.time() < stop and any(p.poll() is None for _, p in parts):
             time.sleep(2)
         for _, p in parts:
             if p.poll() is None:
