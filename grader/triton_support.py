@@ -256,7 +256,7 @@ REMOVED_API = {
 def cache_dir() -> Path:
     import tempfile
 
-    base = os.environ.get("GRADER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flash-attention-course")
+    base = os.environ.get("GRADER_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flash-course")
     for candidate in (Path(base) / "triton_cells", Path(tempfile.gettempdir()) / f"triton_cells_{os.getuid()}"):
         try:  # the clean regrade's sandbox mounts the course cache read-only: its /tmp is private
             candidate.mkdir(parents=True, exist_ok=True)
