@@ -447,8 +447,23 @@ def fig_ladder() -> str:
             "`benchmarks/bench_09_pipelines.py`, both on the notebooks' solutions. "
             "– : not measured yet.*\n")
     head = ["dtype", "d", "causal", "SDPA flash"] + [label for label, _ in RUNGS]
+    sentences = " ".join(x for x in (pipe_vs_module_08(found), swizzle_vs_padded(found)) if x)
     return ("![The ladder against SDPA](img/ladder.png)\n\n" + markdown_table(head, table) + note
-            + (f"\n{swizzle_vs_padded(found)}\n" if swizzle_vs_padded(found) else ""))
+            + (f"\n{sentences}\n" if sentences else ""))
+
+
+def pipe_vs_module_08(found: dict) -> str:
+    """One generated sentence: the pipelined kernel's TFLOP/s over module 08's, apart for causal."""
+    parts = []
+    for causal in (False, True):
+        ratios = [found[("tc_flash_fwd_pipe",) + c]["tflops"] / found[("tc_flash_fwd",) + c]["tflops"]
+                  for c in CONFIGS if c[2] == causal
+                  and ("tc_flash_fwd_pipe",) + c in found and ("tc_flash_fwd",) + c in found]
+        if ratios:
+            parts.append(f"{min(ratios):.2f}× to {max(ratios):.2f}× {'with' if causal else 'without'} the causal mask "
+                         f"({sum(r < 1 for r in ratios)} of {len(ratios)} slower)")
+    return ("The pipelined kernel (padded rows) against module 08's, same dtype and d: " + "; ".join(parts) + "."
+            if parts else "")
 
 
 def swizzle_vs_padded(found: dict) -> str:
