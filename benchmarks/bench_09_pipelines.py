@@ -7,6 +7,9 @@ instructor notebooks (grader.course.solution_source): the sources the course gra
     python benchmarks/bench_09_pipelines.py emulator           # the same code path, tiny shapes, no timing
     python benchmarks/bench_09_pipelines.py specialisation --out DIR [--merge]
                                                                # warp-specialised against uniform warps (3 minutes)
+    python benchmarks/bench_09_pipelines.py matmul-tune --out DIR [--merge]
+                                                               # the tuner over mma_matmul_pipe's block and warp
+                                                               # tiles, K step and stages, then the best timed
 
 Writes DIR/bench_09.json (the `bench` records: `tc_flash_fwd_pipe_*`, `tc_flash_fwd_swizzle_*`,
 `tc_flash_fwd_tuned_*`, kernel names without the dtype, which is a field) and
@@ -136,6 +139,35 @@ def gpu_main(out: Path, repeats: int = 3):
     print(result.table())
 
 
+def matmul_tune_main(out: Path, repeats: int = 3) -> None:
+    """The course's tuner on mma_matmul_pipe's registered space (grader/exercises/m09_pipelines.py):
+    every configuration checked on the exercise's visible cases, then timed at 4096^3; the best one
+    benchmarked against cuBLAS like the exercise's own build. Writes DIR/autotune_matmul.json (one
+    row per configuration) and DIR/bench_09_matmul.json (the best one's `bench` record,
+    `mma_matmul_pipe_tuned`)."""
+    gemm = solution_source("mma_matmul_pipe")
+    result = autotune.tune("mma_matmul_pipe", gemm, refresh=True,
+                           progress=lambda done, total, row: print(f"  {done}/{total} {row.cfg} {row.status} "
+                                                                   f"{row.tflops or ''}", flush=True))
+    print(result.table(), flush=True)
+    rows = [dict(kernel="mma_matmul_pipe", **row.cfg, status=row.status,
+                 ms=benchmark._sig(row.ms) if row.ms else None, tflops=benchmark._sig(row.tflops) if row.tflops else None)
+            for row in result.rows]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "autotune_matmul.json").write_text(json.dumps(rows, indent=1) + "\n")
+    best = result.best
+    ex = REGISTRY["mma_matmul_pipe"]
+    space = autotune.SPACES["mma_matmul_pipe"]
+    tuned = dataclasses.replace(autotune.variant(ex, space, best), id="mma_matmul_pipe_tuned")
+    REGISTRY.setdefault(tuned.id, tuned)
+    benchspec.SPECS.setdefault(tuned.id, dataclasses.replace(benchspec.SPECS["mma_matmul_pipe"], exercise=tuned.id))
+    report = grader.bench(tuned.id, gemm, repeats=repeats)
+    if not report.check_passed:
+        raise SystemExit(f"{tuned.id}: {report.check_message}")
+    print(report.table(), flush=True)
+    (out / "bench_09_matmul.json").write_text(json.dumps([report.record() | best], indent=1) + "\n")
+
+
 def registers(source, ex_id):
     """(registers per thread, local-memory bytes) of a build, from the compiled kernel."""
     from grader.kernel import RawKernel
@@ -196,12 +228,17 @@ def emulator_main():
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["emulator", "gpu", "specialisation"])
+    ap.add_argument("mode", choices=["emulator", "gpu", "specialisation", "matmul-tune"])
     ap.add_argument("--out", type=Path, default=Path("bench09_out"))
     ap.add_argument("--merge", action="store_true", help="merge the records into results/gpu_evidence.json")
     a = ap.parse_args()
     if a.mode == "emulator":
         emulator_main()
+    elif a.mode == "matmul-tune":
+        matmul_tune_main(a.out)
+        if a.merge:
+            benchmark.merge_records(RESULTS / "gpu_evidence.json", json.loads((a.out / "bench_09_matmul.json").read_text()))
+            (RESULTS / "autotune_matmul.json").write_text((a.out / "autotune_matmul.json").read_text())
     elif a.mode == "specialisation":
         specialisation_main(a.out)
         if a.merge:

@@ -98,6 +98,28 @@ benchspec.SPECS["mma_matmul_pipe"] = benchspec.BenchSpec(
     "mma_matmul_pipe", "matmul", benchspec.MATMUL_SHAPE, lambda p: 2.0 * p.M * p.N * p.K,
     lambda p, e: e * (p.M * p.K + p.K * p.N) + 4 * p.M * p.N, baseline="cublas")
 
+
+def _gemm_warp_tile(cfg):
+    """None, or why a configuration's warp tile does not suit the kernel."""
+    wm, wn = cfg["BM"] // cfg["WARPS_M"], cfg["BN"] // cfg["WARPS_N"]
+    if wm % 16 or wn % 16:
+        return f"a {wm} x {wn} warp tile is not made of 16 x 16 fragments"
+    if wm * wn > 64 * 64:  # acc[WM / 16][WN / 8][4]: WM * WN / 32 floats per lane
+        return f"a {wm} x {wn} warp tile needs {wm * wn // 32} accumulator registers per lane, over 128"
+    return None
+
+
+# The block tile, the warp grid, the K step and the stages: every macro the kernel reads.
+autotune.register(autotune.Space(
+    exercise="mma_matmul_pipe",
+    params={"BM": (128, 256), "BN": (128, 256), "WARPS_M": (2, 4), "WARPS_N": (2, 4), "BK": (32, 64),
+            "STAGES": (2, 3, 4)},
+    grid=lambda p, cfg: (ceil_div(p.N, cfg["BN"]), ceil_div(p.M, cfg["BM"])),
+    block=lambda p, cfg: 32 * cfg["WARPS_M"] * cfg["WARPS_N"],
+    shared_mem=lambda p, cfg: cfg["STAGES"] * (cfg["BM"] * (cfg["BK"] + 8) + cfg["BK"] * (cfg["BN"] + 8)) * 2,
+    exclude=_gemm_warp_tile,
+))
+
 # --------------------------------------------------------------------------- 2. and 3. the flash forward
 
 
