@@ -1,0 +1,96 @@
+"""Why module 09's pipelined kernel loses to module 08's under the causal mask and wins without it:
+Nsight Compute on one launch of each, fp16, d = 64, B=4, H=16, S=4096, causal and not.
+
+    PYTHONPATH=. python3 benchmarks/profile_08_09.py --out DIR     # on the GPU machine, ncu on PATH
+
+The same metrics as benchmarks/profile_capstone.py, and the same way: this file runs itself under
+``ncu`` as the driver (``--launch``), launching module 08's tc_flash_fwd and module 09's
+tc_flash_fwd_pipe (the notebooks' solutions, the graded launch shapes) once each. Writes
+DIR/profile_08_09.json and a table, DIR/profile_08_09.txt (committed in benchmarks/results/).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profile_capstone import METRICS, SCALE  # noqa: E402
+
+SHAPE = dict(B=4, H=16, S=4096, d=64)
+KERNELS = {"08 tc_flash_fwd": "tc_flash_fwd", "09 tc_flash_fwd_pipe": "tc_flash_fwd_pipe"}
+
+
+def launch(causal: bool):
+    """The driver ncu profiles: each kernel once, as its exercise row launches it."""
+    import cupy
+    import numpy as np
+
+    from grader.checks import get_exercise
+    from grader.course import solution_source
+    from grader.kernel import RawKernel
+
+    b, h, n, d = SHAPE["B"], SHAPE["H"], SHAPE["S"], SHAPE["d"]
+    rng = np.random.default_rng(0)
+    q, k, v = (cupy.asarray(rng.standard_normal((b, h, n, d)).astype(np.float16)) for _ in range(3))
+    p = type("P", (), dict(N=n, H=h, B=b, d=d, causal=causal))
+    for kernel in KERNELS.values():
+        ex = get_exercise(f"{kernel}{'_causal' if causal else ''}_d64")
+        o = cupy.empty_like(q)
+        lse = cupy.empty((b, h, n), cupy.float32)
+        k_ = RawKernel(solution_source(ex.id), ex.kernel, options=ex.options, backend="gpu")
+        smem = ex.shared_mem(p) if ex.shared_mem else 0
+        if smem:
+            k_.max_dynamic_shared_size_bytes = smem
+        k_(ex.grid(p), ex.block(p), (q, k, v, o, lse, np.int32(n), np.float32(d ** -0.5)), shared_mem=smem)
+        cupy.cuda.Device().synchronize()
+
+
+def profile(ncu: str, causal: bool) -> dict:
+    cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(METRICS.values()),
+           "--kernel-name", "regex:tc_flash_fwd", sys.executable, __file__, "--launch", str(int(causal))]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    found = {}
+    for r in csv.DictReader(io.StringIO(done.stdout[done.stdout.find('"ID"'):])):
+        who = next(label for label, name in reversed(KERNELS.items()) if r["Kernel Name"].startswith(name))
+        try:
+            found.setdefault(who, {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+        except ValueError:
+            continue
+    if len(found) != len(KERNELS):
+        raise SystemExit(f"ncu returned {sorted(found)} for causal={causal}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return {who: {name: values.get(metric, float("nan")) * SCALE.get(name, 1.0) for name, metric in METRICS.items()}
+            for who, values in found.items()}
+
+
+def table(results: dict) -> str:
+    lines = []
+    for key, kernels in results.items():
+        lines.append(f"{key} (fp16, d=64, B=4, H=16, S=4096)")
+        lines.append(f"  {'metric':42s}" + "".join(f"{label:>22s}" for label in KERNELS))
+        for name in METRICS:
+            lines.append(f"  {name:42s}" + "".join(f"{kernels[label][name]:22.4g}" for label in KERNELS))
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path("profile_08_09_out"))
+    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--launch", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.launch is not None:
+        launch(bool(int(a.launch)))
+        sys.exit(0)
+    exe = shutil.which(a.ncu) or sys.exit(f"{a.ncu} not found")
+    results = {("causal" if c else "not causal"): profile(exe, c) for c in (False, True)}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "profile_08_09.json").write_text(json.dumps(results, indent=1) + "\n")
+    (a.out / "profile_08_09.txt").write_text(table(results))
+    print(table(results))
