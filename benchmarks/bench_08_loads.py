@@ -11,16 +11,14 @@ configurations (fp16/bf16 x d 64/128 x causal or not). Writes OUT.json:
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grader.benchmark import bench  # noqa: E402
-from grader.checks import run_check  # noqa: E402
 from grader.course import solution_source  # noqa: E402
 
 from bench_08_tensor_cores import FLASH, flash_exercise  # noqa: E402
+from timed_variants import Timings  # noqa: E402
 
 ONE_AT_A_TIME = '''__device__ __forceinline__ void load_tile(elem* dst, const elem* src, int row0, int N) {
     for (int c = threadIdx.x; c < TILE * HEAD_DIM / 8; c += blockDim.x) {
@@ -41,21 +39,13 @@ def one_at_a_time(source: str) -> str:
 
 
 def main(out: str) -> list:
-    records, device = [], None
+    timings = Timings()
     for dtype, d, causal in FLASH:
         ex = flash_exercise(dtype, d, causal)
         for copy, source in (("all loads, then the stores (notebook)", solution_source(ex)),
                              ("one load at a time (blockDim.x loop)", one_at_a_time(solution_source(ex)))):
-            result = run_check(ex, source, include_hidden=True, seed=1)
-            if not result.passed:
-                raise SystemExit(f"{ex} ({copy}): {result.first_failure.message}")
-            rec = bench(ex, source, dtype=dtype, repeats=3, baselines=False).record()
-            device = rec["device"]
-            records.append(dict(exercise=ex, dtype=dtype, d=d, causal=causal, copy=copy, ms=rec["ms"],
-                                tflops=rec["tflops"]))
-            print(json.dumps(records[-1]), flush=True)
-    Path(out).write_text(json.dumps({"device": device, "records": records}, indent=1) + "\n")
-    return records
+            timings.add(ex, source, dtype, dict(exercise=ex, dtype=dtype, d=d, causal=causal, copy=copy))
+    return timings.write(out)
 
 
 if __name__ == "__main__":

@@ -10,17 +10,15 @@ Writes OUT.json: {"device", "records": [{kernel, dtype, d, edge, ms, tflops}]}.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_09_pipelines import build  # noqa: E402
-from grader.benchmark import bench  # noqa: E402
-from grader.checks import run_check  # noqa: E402
 from grader.course import solution_source  # noqa: E402
 from grader.exercises import m09_pipelines as m09  # noqa: E402
+from timed_variants import Timings  # noqa: E402
 
 PER_BLOCK = "(CAUSAL && (j + 1) * TILE > q0);"
 PER_WARP = "(CAUSAL && (j + 1) * TILE > q0 + warp * 16);"
@@ -41,22 +39,15 @@ def uniform_warp(source: str) -> str:
 
 
 def main(out: str) -> list:
-    records, device = [], None
+    timings = Timings()
     for kernel in m09.KERNELS:
         source = solution_source(f"{kernel}_d64")
         for d in (64, 128):
             ex = build(kernel, "fp16", d, True)
             for edge, src in (("per block (notebook)", source), ("per warp", per_warp(source)),
                               ("per warp, warp index from __shfl_sync", uniform_warp(per_warp(source)))):
-                result = run_check(ex, src, include_hidden=True, seed=1)
-                if not result.passed:
-                    raise SystemExit(f"{ex} ({edge}): {result.first_failure.message}")
-                rec = bench(ex, src, dtype="fp16", repeats=3, baselines=False).record()
-                device = rec["device"]
-                records.append(dict(kernel=kernel, dtype="fp16", d=d, edge=edge, ms=rec["ms"], tflops=rec["tflops"]))
-                print(json.dumps(records[-1]), flush=True)
-    Path(out).write_text(json.dumps({"device": device, "records": records}, indent=1) + "\n")
-    return records
+                timings.add(ex, src, "fp16", dict(kernel=kernel, dtype="fp16", d=d, edge=edge))
+    return timings.write(out)
 
 
 if __name__ == "__main__":

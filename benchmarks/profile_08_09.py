@@ -3,7 +3,7 @@ Nsight Compute on one launch of each, fp16, d = 64, B=4, H=16, S=4096, causal an
 
     PYTHONPATH=. python3 benchmarks/profile_08_09.py --out DIR     # on the GPU machine, ncu on PATH
 
-The same metrics as benchmarks/profile_capstone.py, and the same way: this file runs itself under
+The metrics of benchmarks/ncu_metrics.py, as benchmarks/profile_capstone.py collects them: this file runs itself under
 ``ncu`` as the driver (``--launch``), launching module 08's tc_flash_fwd and module 09's
 tc_flash_fwd_pipe (the notebooks' solutions, the graded launch shapes) once each. Writes
 DIR/profile_08_09.json and a table, DIR/profile_08_09.txt (committed in benchmarks/results/).
@@ -11,16 +11,13 @@ DIR/profile_08_09.json and a table, DIR/profile_08_09.txt (committed in benchmar
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from profile_capstone import METRICS, SCALE  # noqa: E402
+from ncu_metrics import METRICS, collect  # noqa: E402
 
 SHAPE = dict(B=4, H=16, S=4096, d=64)
 KERNELS = {"08 tc_flash_fwd": "tc_flash_fwd", "09 tc_flash_fwd_pipe": "tc_flash_fwd_pipe"}
@@ -52,20 +49,11 @@ def launch(causal: bool):
 
 
 def profile(ncu: str, causal: bool) -> dict:
-    cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(METRICS.values()),
-           "--kernel-name", "regex:tc_flash_fwd", sys.executable, __file__, "--launch", str(int(causal))]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    found = {}
-    for r in csv.DictReader(io.StringIO(done.stdout[done.stdout.find('"ID"'):])):
-        who = next(label for label, name in reversed(KERNELS.items()) if r["Kernel Name"].startswith(name))
-        try:
-            found.setdefault(who, {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
-        except ValueError:
-            continue
+    found = collect(ncu, __file__, str(int(causal)), "tc_flash_fwd",
+                    lambda name: next(label for label, k in reversed(KERNELS.items()) if name.startswith(k)))
     if len(found) != len(KERNELS):
-        raise SystemExit(f"ncu returned {sorted(found)} for causal={causal}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return {who: {name: values.get(metric, float("nan")) * SCALE.get(name, 1.0) for name, metric in METRICS.items()}
-            for who, values in found.items()}
+        raise SystemExit(f"ncu profiled {sorted(found)} for causal={causal}, not {sorted(KERNELS)}")
+    return found
 
 
 def table(results: dict) -> str:

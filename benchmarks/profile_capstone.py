@@ -5,46 +5,22 @@ shape (B=4, H=16, S=4096), for the configurations the reading discusses.
 
 For each (dtype, d, causal) it runs this file again under ``ncu`` as the driver (``--launch``): the
 capstone's tuned build (benchmarks/results/capstone.json) launched once, then SDPA's flash backend
-once; ncu collects the metrics below for both kernels. Writes DIR/capstone_ncu.json and a table,
+once; ncu collects the metrics of benchmarks/ncu_metrics.py for both kernels. Writes DIR/capstone_ncu.json and a table,
 DIR/capstone_ncu.txt (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ncu_metrics import METRICS, collect  # noqa: E402
 
 CONFIGS = [("fp16", 64, False), ("fp16", 64, True), ("fp16", 128, False), ("fp16", 128, True)]
 SHAPE = dict(B=4, H=16, S=4096)
-METRICS = {
-    "duration (us)": "gpu__time_duration.sum",
-    "tensor pipe active (% of peak)": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-    "issue slots busy (%)": "smsp__issue_active.avg.pct_of_peak_sustained_active",
-    "warps per SM (achieved)": "sm__warps_active.avg.per_cycle_active",
-    "registers per thread": "launch__registers_per_thread",
-    "instructions (M)": "smsp__inst_executed.sum",
-    "MUFU instructions (M)": "smsp__inst_executed_pipe_xu.sum",
-    "shared load wavefronts (M)": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
-    "local (spill) bytes (MB)": "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
-    "DRAM bytes read (MB)": "dram__bytes_read.sum",
-    "stall: math pipe throttle (warps per issue)": "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
-    "stall: mio throttle (warps per issue)": "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
-    "stall: barrier (warps per issue)": "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
-    "stall: short scoreboard (warps per issue)": "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
-    "stall: long scoreboard (warps per issue)": "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
-    "stall: wait (warps per issue)": "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
-    "stall: not selected (warps per issue)": "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio",
-    "stall: dispatch stall (warps per issue)": "smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio",
-}
-SCALE = {"duration (us)": 1e-3, "instructions (M)": 1e-6, "MUFU instructions (M)": 1e-6,
-         "shared load wavefronts (M)": 1e-6, "local (spill) bytes (MB)": 1e-6, "DRAM bytes read (MB)": 1e-6}
 
 
 def launch(dtype: str, d: int, causal: bool):
@@ -81,22 +57,8 @@ def launch(dtype: str, d: int, causal: bool):
 
 
 def profile(ncu: str, dtype: str, d: int, causal: bool) -> dict:
-    cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(METRICS.values()),
-           "--kernel-name", "regex:capstone_fwd|flash_fwd", sys.executable, __file__, "--launch",
-           f"{dtype},{d},{int(causal)}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    rows = [r for r in csv.DictReader(io.StringIO(done.stdout[done.stdout.find('"ID"'):]))]
-    found = {}
-    for r in rows:
-        who = "capstone" if "capstone_fwd" in r["Kernel Name"] else "SDPA flash"
-        try:
-            found.setdefault(who, {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
-        except ValueError:
-            continue
-    if not found:
-        raise SystemExit(f"ncu returned no rows for {dtype} d={d} causal={causal}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return {who: {name: values.get(metric, float("nan")) * SCALE.get(name, 1.0) for name, metric in METRICS.items()}
-            for who, values in found.items()}
+    return collect(ncu, __file__, f"{dtype},{d},{int(causal)}", "capstone_fwd|flash_fwd",
+                   lambda name: "capstone" if "capstone_fwd" in name else "SDPA flash")
 
 
 def table(results: dict) -> str:

@@ -1,0 +1,51 @@
+"""Nsight Compute as the profiling scripts use it: a driver script runs itself under ``ncu`` with
+``--launch ARG`` (launching the kernels once each), and the metrics below come back per kernel,
+scaled to the units their names give."""
+from __future__ import annotations
+
+import csv
+import io
+import subprocess
+import sys
+from typing import Callable
+
+METRICS = {
+    "duration (us)": "gpu__time_duration.sum",
+    "tensor pipe active (% of peak)": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "issue slots busy (%)": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "warps per SM (achieved)": "sm__warps_active.avg.per_cycle_active",
+    "registers per thread": "launch__registers_per_thread",
+    "instructions (M)": "smsp__inst_executed.sum",
+    "MUFU instructions (M)": "smsp__inst_executed_pipe_xu.sum",
+    "shared load wavefronts (M)": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "local (spill) bytes (MB)": "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
+    "DRAM bytes read (MB)": "dram__bytes_read.sum",
+    "stall: math pipe throttle (warps per issue)": "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+    "stall: mio throttle (warps per issue)": "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+    "stall: barrier (warps per issue)": "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+    "stall: short scoreboard (warps per issue)": "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+    "stall: long scoreboard (warps per issue)": "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "stall: wait (warps per issue)": "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+    "stall: not selected (warps per issue)": "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio",
+    "stall: dispatch stall (warps per issue)": "smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio",
+}
+SCALE = {"duration (us)": 1e-3, "instructions (M)": 1e-6, "MUFU instructions (M)": 1e-6,
+         "shared load wavefronts (M)": 1e-6, "local (spill) bytes (MB)": 1e-6, "DRAM bytes read (MB)": 1e-6}
+
+
+def collect(ncu: str, driver: str, launch: str, kernel_regex: str, who: Callable[[str], str]) -> dict:
+    """Run ``driver --launch launch`` under ncu, keeping the kernels ``kernel_regex`` matches;
+    ``who(kernel name)`` labels each. Returns {label: {metric name: scaled value}}."""
+    cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(METRICS.values()),
+           "--kernel-name", f"regex:{kernel_regex}", sys.executable, driver, "--launch", launch]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    found = {}
+    for r in csv.DictReader(io.StringIO(done.stdout[done.stdout.find('"ID"'):])):
+        try:
+            found.setdefault(who(r["Kernel Name"]), {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+        except ValueError:
+            continue
+    if not found:
+        raise SystemExit(f"ncu returned no rows for --launch {launch}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return {label: {name: values.get(metric, float("nan")) * SCALE.get(name, 1.0) for name, metric in METRICS.items()}
+            for label, values in found.items()}
