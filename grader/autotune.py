@@ -15,7 +15,8 @@ option of the exercise. Each one is, in order:
    exercise's visible cases and the benchmark shape): 1024 threads per block, and the dynamic
    shared memory a block may opt in to (the device's attribute on a GPU, an H100's 227 KB on the
    emulator);
-3. compiled, and rejected when it does not compile;
+3. compiled, and rejected when it does not compile, or (on a GPU) when its block has more threads
+   than the build's registers per thread allow (the compiled kernel's own limit);
 4. judged by the exercise's own check (visible cases) on a copy of the exercise row whose launch
    shape comes from the space, and rejected when a case fails;
 5. timed at the benchmark shape (``grader.benchspec``) by the benchmark harness's timing of the
@@ -263,6 +264,13 @@ def _over_limits(ex, points, max_shared: int) -> str | None:
     return None
 
 
+def _threads(ex, p) -> int:
+    from .launch import check_launch
+
+    b = check_launch(ex.kernel, ex.grid(p), ex.block(p), 0, 0)[1]
+    return b[0] * b[1] * b[2]
+
+
 def _first_line(message: str) -> str:
     return message.strip().splitlines()[0].strip()
 
@@ -283,6 +291,10 @@ def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared)
     except CourseError as err:
         lines = str(err).strip().splitlines()  # a header naming the compiler, then the diagnostics
         return Row(cfg, "compile error: " + (lines[1] if len(lines) > 1 else lines[0]).strip())
+    if (limit := compiled.max_threads_per_block()) is not None:
+        threads = max(_threads(v, q) for q in points)
+        if threads > limit:
+            return Row(cfg, f"over the limit: {threads} threads per block, where this build's registers allow {limit}")
     result = run_check(v, source, backend=be, seed=0)
     if not result.passed:
         return Row(cfg, "check failed: " + _first_line(result.first_failure.message))

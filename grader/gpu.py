@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import CompileError, KernelRuntimeError
+from .errors import CompileError, KernelRuntimeError, LaunchConfigError
 from .source import INCLUDE_DIR, format_compile_log
 
 
@@ -30,9 +30,28 @@ class GpuKernel:
     def static_shared_bytes(self) -> int:
         return int(self._kernel.attributes["shared_size_bytes"])
 
+    @property
+    def max_threads_per_block(self) -> int:
+        """The most threads a block of this build can have: fewer than 1024 when its registers per
+        thread times the threads would exceed what an SM gives one block."""
+        return int(self._kernel.attributes["max_threads_per_block"])
+
+    def check_block(self, block) -> None:
+        threads = block[0] * block[1] * block[2]
+        limit = self.max_threads_per_block
+        if threads > limit:
+            regs = int(self._kernel.attributes["num_regs"])
+            raise LaunchConfigError(
+                f"{self.name}: block{tuple(block)} has {threads} threads, but this build can run at most {limit} "
+                f"per block: it uses {regs} registers per thread, and an SM gives one block at most 65536 "
+                f"({regs} x {threads} = {regs * threads}). Launch fewer threads per block, or cap the registers "
+                f"with __launch_bounds__({threads}) before the kernel's name (what does not fit then spills to "
+                "local memory).")
+
     def launch(self, grid, block, args, shared_mem, max_dynamic_shared):
         import cupy
 
+        self.check_block(block)
         if max_dynamic_shared > 48 * 1024:
             self._kernel.max_dynamic_shared_size_bytes = max_dynamic_shared
         try:

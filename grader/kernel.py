@@ -60,6 +60,12 @@ class RawKernel:
                 self._compiled = emulator.compile_kernel(tu, self.name, self.signature, self.options)
         return self
 
+    def max_threads_per_block(self) -> int | None:
+        """On a GPU, the most threads a block of this build can have (its registers decide); None on
+        the emulator, which has no register file to run out of."""
+        self.compile()
+        return self._compiled.max_threads_per_block if self.backend == "gpu" else None
+
     def __call__(self, grid, block, args, *, shared_mem=0, time_limit=None, race_check=False, count_io=False,
                  profile=False):
         if not isinstance(self.max_dynamic_shared_size_bytes, int) or not (

@@ -168,6 +168,18 @@ def test_without_a_gpu_every_configuration_is_checked_but_none_chosen(space, tmp
     assert not (tmp_path / "autotune.json").exists()
 
 
+def test_a_block_over_what_the_builds_registers_allow_is_rejected_before_its_check(space, monkeypatch, counted):
+    """On a GPU the compiled build says how many threads its registers allow (fewer than 1024 when
+    each thread needs many): a configuration over that is rejected as over the limit, not run."""
+    calls, timer = counted
+    monkeypatch.setattr(RawKernel, "max_threads_per_block", lambda self: 192)
+    result = autotune.tune("vector_add", TUNABLE, shape="n=4096", timer=timer)
+    statuses = _statuses(result)
+    assert statuses[(256, 0)] == "over the limit: 256 threads per block, where this build's registers allow 192"
+    assert statuses[(128, 0)] == "ok" and result.best == {"THREADS": 128, "SKIP_LAST": 0}
+    assert calls["timer"] == 1
+
+
 def test_shared_memory_over_the_device_limit_is_rejected_before_compiling(space, monkeypatch, counted):
     calls, timer = counted
     monkeypatch.setitem(autotune.SPACES, "vector_add", autotune.Space(
