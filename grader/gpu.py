@@ -1,6 +1,7 @@
 """The GPU backend: the translation unit goes to CuPy's RawKernel (NVRTC) unchanged."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from .errors import CompileError, KernelRuntimeError, LaunchConfigError
@@ -30,17 +31,21 @@ class GpuKernel:
     def static_shared_bytes(self) -> int:
         return int(self._kernel.attributes["shared_size_bytes"])
 
+    @functools.cached_property
+    def _limits(self) -> tuple[int, int]:
+        attributes = self._kernel.attributes  # driver queries: once per build, not per launch
+        return int(attributes["max_threads_per_block"]), int(attributes["num_regs"])
+
     @property
     def max_threads_per_block(self) -> int:
         """The most threads a block of this build can have: fewer than 1024 when its registers per
         thread times the threads would exceed what an SM gives one block."""
-        return int(self._kernel.attributes["max_threads_per_block"])
+        return self._limits[0]
 
     def check_block(self, block) -> None:
         threads = block[0] * block[1] * block[2]
-        limit = self.max_threads_per_block
+        limit, regs = self._limits
         if threads > limit:
-            regs = int(self._kernel.attributes["num_regs"])
             raise LaunchConfigError(
                 f"{self.name}: block{tuple(block)} has {threads} threads, but this build can run at most {limit} "
                 f"per block: it uses {regs} registers per thread, and an SM gives one block at most 65536 "
