@@ -150,11 +150,8 @@ def matmul_tune_main(out: Path, repeats: int = 3) -> None:
                            progress=lambda done, total, row: print(f"  {done}/{total} {row.cfg} {row.status} "
                                                                    f"{row.tflops or ''}", flush=True))
     print(result.table(), flush=True)
-    rows = [dict(kernel="mma_matmul_pipe", **row.cfg, status=row.status,
-                 ms=benchmark._sig(row.ms) if row.ms else None, tflops=benchmark._sig(row.tflops) if row.tflops else None)
-            for row in result.rows]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "autotune_matmul.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "autotune_matmul.json").write_text(json.dumps(result.records(), indent=1) + "\n")
     best = result.best
     ex = REGISTRY["mma_matmul_pipe"]
     space = autotune.SPACES["mma_matmul_pipe"]

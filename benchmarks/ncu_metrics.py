@@ -49,3 +49,17 @@ def collect(ncu: str, driver: str, launch: str, kernel_regex: str, who: Callable
         raise SystemExit(f"ncu returned no rows for --launch {launch}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return {label: {name: values.get(metric, float("nan")) * SCALE.get(name, 1.0) for name, metric in METRICS.items()}
             for label, values in found.items()}
+
+
+def table(results: dict, labels, suffix: str, width: int) -> str:
+    """{configuration: {label: metrics}} as text: per configuration, one row per metric and one
+    column per label (a label ncu did not report shows nan)."""
+    lines = []
+    for key, kernels in results.items():
+        lines.append(f"{key} {suffix}")
+        lines.append(f"  {'metric':42s}" + "".join(f" {label:>{width}s}" for label in labels))
+        for name in METRICS:
+            lines.append(f"  {name:42s}" + "".join(f" {kernels.get(label, {}).get(name, float('nan')):{width}.4g}"
+                                                   for label in labels))
+        lines.append("")
+    return "\n".join(lines)

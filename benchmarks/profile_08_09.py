@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ncu_metrics import METRICS, collect  # noqa: E402
+from ncu_metrics import collect, table as ncu_table  # noqa: E402
 
 SHAPE = dict(B=4, H=16, S=4096, d=64)
 KERNELS = {"08 tc_flash_fwd": "tc_flash_fwd", "09 tc_flash_fwd_pipe": "tc_flash_fwd_pipe"}
@@ -57,14 +57,7 @@ def profile(ncu: str, causal: bool) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = []
-    for key, kernels in results.items():
-        lines.append(f"{key} (fp16, d=64, B=4, H=16, S=4096)")
-        lines.append(f"  {'metric':42s}" + "".join(f"{label:>22s}" for label in KERNELS))
-        for name in METRICS:
-            lines.append(f"  {name:42s}" + "".join(f"{kernels[label][name]:22.4g}" for label in KERNELS))
-        lines.append("")
-    return "\n".join(lines)
+    return ncu_table(results, KERNELS, "(fp16, d=64, B=4, H=16, S=4096)", 21)
 
 
 if __name__ == "__main__":

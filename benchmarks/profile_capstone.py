@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ncu_metrics import METRICS, collect  # noqa: E402
+from ncu_metrics import collect, table as ncu_table  # noqa: E402
 
 CONFIGS = [("fp16", 64, False), ("fp16", 64, True), ("fp16", 128, False), ("fp16", 128, True)]
 SHAPE = dict(B=4, H=16, S=4096)
@@ -62,15 +62,7 @@ def profile(ncu: str, dtype: str, d: int, causal: bool) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = []
-    for key, kernels in results.items():
-        lines.append(f"{key} (B=4, H=16, S=4096)")
-        lines.append(f"  {'metric':42s} {'capstone':>12s} {'SDPA flash':>12s}")
-        for name in METRICS:
-            a, b = (kernels.get(w, {}).get(name, float("nan")) for w in ("capstone", "SDPA flash"))
-            lines.append(f"  {name:42s} {a:12.4g} {b:12.4g}")
-        lines.append("")
-    return "\n".join(lines)
+    return ncu_table(results, ("capstone", "SDPA flash"), "(B=4, H=16, S=4096)", 12)
 
 
 if __name__ == "__main__":

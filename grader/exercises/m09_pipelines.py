@@ -43,9 +43,9 @@ def _steps_shifted(p, x):
     return dict(C=c)
 
 
-def gemm_shared_bytes(stages=GEMM_STAGES, bm=GEMM_BM, bn=GEMM_BN):
+def gemm_shared_bytes(stages=GEMM_STAGES, bm=GEMM_BM, bn=GEMM_BN, bk=GEMM_BK):
     """``stages`` pairs of an A tile (BM x BK) and a B tile (BK x BN), rows padded by 8 halves."""
-    return stages * (bm * (GEMM_BK + 8) + GEMM_BK * (bn + 8)) * 2
+    return stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
 
 
 exercise(
@@ -116,7 +116,7 @@ autotune.register(autotune.Space(
             "STAGES": (2, 3, 4)},
     grid=lambda p, cfg: (ceil_div(p.N, cfg["BN"]), ceil_div(p.M, cfg["BM"])),
     block=lambda p, cfg: 32 * cfg["WARPS_M"] * cfg["WARPS_N"],
-    shared_mem=lambda p, cfg: cfg["STAGES"] * (cfg["BM"] * (cfg["BK"] + 8) + cfg["BK"] * (cfg["BN"] + 8)) * 2,
+    shared_mem=lambda p, cfg: gemm_shared_bytes(cfg["STAGES"], cfg["BM"], cfg["BN"], cfg["BK"]),
     exclude=_gemm_warp_tile,
 ))
 
