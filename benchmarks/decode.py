@@ -81,41 +81,41 @@ def end_to_end(B=2, H=3, n_q=3, N=300, d=64, lengths=(300, 77), splits=5, seed=0
             float(np.abs(grader.to_host(L) - want_l).max()))
 
 
-def check_all(backend: str):
-    """Every decode exercise's check (grading cases too) and the end-to-end launch; exits on a failure."""
-    for ex in EXERCISES:
+def check_all(backend: str, exercises=EXERCISES, launches=(("split + merge", end_to_end),)):
+    """Every exercise's check (grading cases too), then each end-to-end launch (label, fn), fn giving the largest
+    errors (O, L) against ref.attention_forward; exits on a failure."""
+    for ex in exercises:
         result = run_check(ex, solution_source(ex), include_hidden=True, backend=backend, seed=2024)
         print(f"check {ex}: {'passed' if result.passed else result.first_failure.message}", flush=True)
         if not result.passed:
             raise SystemExit(1)
-    err_o, err_l = end_to_end()
-    ok = err_o < 4e-3 and err_l < 1e-4
-    print(f"split + merge against ref.attention_forward: max |O - ref| {err_o:.2e}, max |L - ref| {err_l:.2e} "
-          f"{'ok' if ok else 'FAILED'}", flush=True)
-    if not ok:
-        raise SystemExit(1)
+    for label, launch in launches:
+        err_o, err_l = launch()
+        ok = err_o < 4e-3 and err_l < 1e-4
+        print(f"{label} against ref.attention_forward: max |O - ref| {err_o:.2e}, max |L - ref| {err_l:.2e} "
+              f"{'ok' if ok else 'FAILED'}", flush=True)
+        if not ok:
+            raise SystemExit(1)
 
 
-def emulator_main():
+def emulator_main(check=check_all):
     start = time.perf_counter()
-    check_all("cpu")
+    check("cpu")
     print(f"({time.perf_counter() - start:.1f} s on the emulator)")
 
 
-def gpu_main(out: Path, merged: bool = False):
+def gpu_timing():
+    """(measure, stream, torch_stream): measure(fn, torch_side=False) gives the medians (ms) of REPEATS measurements of
+    fn on one non-blocking stream, the L2 flushed between runs (grader.benchmark); torch_side runs fn with torch's
+    current stream set to that stream."""
     import cupy
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    check_all("gpu")
-    device = torch.cuda.get_device_name()
     timer, budget = benchmark.EventTimer(), benchmark.Budget(min_runs=20, min_ms=200.0, max_ms=3000.0)
     stream = cupy.cuda.Stream(non_blocking=True)
     torch_stream = torch.cuda.ExternalStream(stream.ptr)
 
     def measure(fn, torch_side=False):
-        """Medians (ms) of REPEATS measurements of fn on the timing stream."""
         def call():
             if torch_side:
                 with torch.cuda.stream(torch_stream):
@@ -123,6 +123,65 @@ def gpu_main(out: Path, merged: bool = False):
             else:
                 fn()
         return [budget.measure(timer, call, stream).median for _ in range(REPEATS)]
+
+    return measure, stream, torch_stream
+
+
+def sdpa_times(q, k, v, measure, torch_stream, shape: str) -> dict:
+    """{"sdpa_flash": ms, "sdpa_cudnn": ms}: PyTorch's SDPA on the same tensors with each backend; a backend that
+    refuses them is left out, with a line that says so."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    base = {}
+    for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def sdpa(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v)
+        try:
+            with torch.cuda.stream(torch_stream):
+                sdpa()
+            torch.cuda.synchronize()
+            base[name] = float(np.median(measure(sdpa, torch_side=True)))
+        except RuntimeError as e:
+            print(f"  {name} unavailable at {shape}: {str(e).splitlines()[0]}")
+    return base
+
+
+def write_results(out: Path, script: str, merged: bool, head: dict, body: dict, lines: list) -> None:
+    """OUT as JSON (head, the command that wrote it, body) and the same table as text with the suffix .txt."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shown = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
+    command = f"python benchmarks/{script} gpu --out {shown}" + (" --merge" if merged else "")
+    out.write_text(json.dumps(head | {"command": command} | body, indent=1) + "\n")
+    out.with_suffix(".txt").write_text("\n".join([f"{head['device']}: {command}", *lines]) + "\n")
+
+
+def cli(emulator_main, gpu_main, default_out: Path) -> None:
+    """`emulator`, or `gpu [--out OUT] [--merge]`: gpu_main(out, merged) returns the `bench` records, which --merge
+    also puts into results/gpu_evidence.json."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["emulator", "gpu"])
+    ap.add_argument("--out", type=Path, default=default_out)
+    ap.add_argument("--merge", action="store_true", help="merge the records into results/gpu_evidence.json")
+    a = ap.parse_args()
+    if a.mode == "emulator":
+        emulator_main()
+    else:
+        recs = gpu_main(a.out, a.merge)
+        if a.merge:
+            benchmark.merge_records(RESULTS / "gpu_evidence.json", recs)
+
+
+def gpu_main(out: Path, merged: bool = False):
+    import cupy
+    import torch
+    import torch.nn.functional as F
+
+    check_all("gpu")
+    device = torch.cuda.get_device_name()
+    measure, stream, torch_stream = gpu_timing()
 
     def inputs(B, H, n_q, N, d):
         gen = torch.Generator(device="cuda").manual_seed(0)
@@ -148,19 +207,7 @@ def gpu_main(out: Path, merged: bool = False):
             with torch.cuda.stream(torch_stream):
                 want = F.scaled_dot_product_attention(q, k, v)
             torch.cuda.synchronize()
-            base = {}
-            for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
-                                  ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
-                def sdpa(backend=backend):
-                    with sdpa_kernel(backend):
-                        return F.scaled_dot_product_attention(q, k, v)
-                try:
-                    with torch.cuda.stream(torch_stream):
-                        sdpa()
-                    torch.cuda.synchronize()
-                    base[name] = float(np.median(measure(sdpa, torch_side=True)))
-                except RuntimeError as e:
-                    print(f"  {name} unavailable at B={B} H={H} n_q={n_q} N={N} d={d}: {str(e).splitlines()[0]}")
+            base = sdpa_times(q, k, v, measure, torch_stream, f"B={B} H={H} n_q={n_q} N={N} d={d}")
             chosen = choose_splits(B, H, N, n_q)
             for label, splits in ((f"decode_split_d{d}", chosen), (f"decode_nosplit_d{d}", 1)):
                 run, O = ours(split, merge, tensors, splits)
@@ -216,24 +263,10 @@ def gpu_main(out: Path, merged: bool = False):
         del tensors
         torch.cuda.empty_cache()
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shown = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
-    command = f"python benchmarks/decode.py gpu --out {shown}" + (" --merge" if merged else "")
-    out.write_text(json.dumps(dict(device=device, hbm_tbps=HBM_TBPS, command=command, bench=records, sweep=sweep),
-                              indent=1) + "\n")
-    out.with_suffix(".txt").write_text("\n".join([f"{device}: {command}", *lines]) + "\n")
+    write_results(out, "decode.py", merged, dict(device=device, hbm_tbps=HBM_TBPS), dict(bench=records, sweep=sweep),
+                  lines)
     return records
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["emulator", "gpu"])
-    ap.add_argument("--out", type=Path, default=RESULTS / "decode.json")
-    ap.add_argument("--merge", action="store_true", help="merge the records into results/gpu_evidence.json")
-    a = ap.parse_args()
-    if a.mode == "emulator":
-        emulator_main()
-    else:
-        recs = gpu_main(a.out, a.merge)
-        if a.merge:
-            benchmark.merge_records(RESULTS / "gpu_evidence.json", recs)
+    cli(emulator_main, gpu_main, RESULTS / "decode.json")

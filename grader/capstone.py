@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import benchspec
 from .backend import backend as active_backend
 from .errors import BackendUnavailableError
@@ -80,3 +82,153 @@ def bench_capstone(kernel, *, seqs=(4096,), configs=None, choices: dict | None =
                            baselines=baselines)
             rows.append(Row(dtype, d, causal, s, cfg, report))
     return rows
+
+
+# --------------------------------------------------------------------------- the backward
+
+@dataclass
+class BackwardRow:
+    dtype: str
+    d: int
+    causal: bool
+    S: int
+    cfg: dict  # {"dkdv": {...}, "dq": {...}}
+    ms: list  # medians of the repeated measurements: ours (D + dK/dV + dQ)
+    parts_ms: dict  # "D", "dkdv", "dq": each alone, one measurement
+    baseline_ms: float | None  # SDPA's flash backward
+    cudnn_ms: float | None
+    max_abs_err: dict  # dQ, dK, dV against SDPA's gradients
+    regs: dict  # registers per thread of each part's build
+
+    @property
+    def flops(self) -> float:
+        return benchspec.SDPA_BWD_FLOPS(_shape(self.d, self.S, self.causal))
+
+    def tflops(self, ms: float) -> float:
+        return self.flops / ms / 1e9
+
+
+def _shape(d, S, causal):
+    from types import SimpleNamespace
+    return SimpleNamespace(B=BWD_SHAPE["B"], H=BWD_SHAPE["H"], N=S, d=d, causal=causal)
+
+
+BWD_SHAPE = {"B": 4, "H": 16}
+
+
+def _source(kernel) -> str:
+    return kernel if isinstance(kernel, str) else kernel.code
+
+
+def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | None = None,
+                   repeats: int = 3, baselines: bool = True) -> list[BackwardRow]:
+    """Time the backward made of ``dkdv`` and ``dq`` (sources, or the kernels ``%%cuda`` made) at
+    B=4, H=16, N=S in each of ``configs`` (default all 8), beside SDPA's flash and cuDNN backward on
+    the same tensors. Ours is D = rowsum(dO * O) (the notebook's capstone_bwd_preprocess, given beside
+    dK/dV), then dK/dV, then dQ; SDPA's includes its own preprocessing. O and L come from SDPA's
+    flash forward. Each build's gradients are compared with SDPA's before it is timed.
+    ``choices``: {"dkdv": {...}, "dq": {...}} launch choices (default: the graded rows')."""
+    if active_backend() != "gpu":
+        raise BackendUnavailableError("the backward is timed on a GPU; on the emulator, check it: python -m grader "
+                                      "check capstone_bwd_dkdv_d64 FILE --all (and capstone_bwd_dq_d64)")
+    import cupy
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from .benchmark import EventTimer
+    from .kernel import RawKernel
+
+    F = torch.nn.functional
+    timer, budget = EventTimer(), Budget(min_runs=10, min_ms=100.0, max_ms=2000.0)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    tstream = torch.cuda.ExternalStream(stream.ptr)
+    B, H = BWD_SHAPE["B"], BWD_SHAPE["H"]
+    rows = []
+    for dtype, d, causal in configs or m11.CONFIGS:
+        cfg = {part: dict(m11.BWD_CONFIG[part], **((choices or {}).get(part, {}))) for part in ("dkdv", "dq")}
+        tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v, do = (torch.randn(B, H, S, d, device="cuda", dtype=tdtype, generator=gen) for _ in range(4))
+        scale = 1.0 / d ** 0.5
+        with torch.cuda.stream(tstream):
+            o, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
+            qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            want = torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+        torch.cuda.synchronize()
+        lengths = torch.full((B,), S, device="cuda", dtype=torch.int32)
+        grads = {n: torch.empty(B, H, S, d, device="cuda", dtype=torch.float32) for n in ("dQ", "dK", "dV")}
+        D = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        cp = {n: cupy.from_dlpack(t) for n, t in dict(q=q, k=k, v=v, do=do, lse=lse.contiguous(), D=D, lengths=lengths,
+                                                     **grads).items()}
+        launches, regs = {}, {}
+        for part, fn in (("dkdv", dkdv), ("dq", dq)):
+            c = cfg[part]
+            options = (f"-DHEAD_DIM={d}",) + (("-DELEM_BF16=1",) if dtype == "bf16" else ()) + \
+                (("-DCAUSAL=1",) if causal else ()) + tuple(f"-D{key}={val}" for key, val in c.items())
+            kern = RawKernel(_source(fn), f"capstone_bwd_{part}", options=options).compile()
+            smem = m11.bwd_shared_bytes(part, d, c)
+            kern.max_dynamic_shared_size_bytes = smem
+            outs = (cp["dK"], cp["dV"]) if part == "dkdv" else (cp["dQ"],)
+            args = (cp["q"], cp["k"], cp["v"], cp["do"], cp["lse"], cp["D"], cp["lengths"], *outs, np.int32(S),
+                    np.float32(scale))
+            grid = (-(-S // m11.bwd_block_rows(part, c)), H, B)
+            launches[part] = lambda kern=kern, grid=grid, c=c, args=args, smem=smem: kern(
+                grid, 32 * c["WARPS"], args, shared_mem=smem)
+            regs[part] = kern._compiled._limits[1]
+
+        pre = RawKernel(_source(dkdv), "capstone_bwd_preprocess",
+                        options=(f"-DHEAD_DIM={d}",) + (("-DELEM_BF16=1",) if dtype == "bf16" else ())).compile()
+        o_cp, rows_total = cupy.from_dlpack(o), B * H * S
+        pre_args = (o_cp, cp["do"], cp["D"], np.int32(rows_total))
+
+        def preprocess():
+            pre((-(-rows_total * d // 8 // 256),), 256, pre_args)
+
+        def ours():
+            preprocess()
+            launches["dkdv"]()
+            launches["dq"]()
+
+        with stream:
+            ours()
+        stream.synchronize()
+        err = {n: float((grads[n] - w.float()).abs().max()) for n, w in zip(("dQ", "dK", "dV"), want)}
+        times = [budget.measure(timer, ours, stream).median for _ in range(repeats)]
+        parts = {"D": budget.measure(timer, preprocess, stream).median,
+                 **{p: budget.measure(timer, launches[p], stream).median for p in ("dkdv", "dq")}}
+        base = {"flash": None, "cudnn": None}
+        for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))[:2 * baselines]:
+            try:
+                with torch.cuda.stream(tstream), sdpa_kernel(backend):
+                    out_b = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+
+                def sdpa(out_b=out_b):
+                    with torch.cuda.stream(tstream):
+                        torch.autograd.grad(out_b, (qg, kg, vg), do, retain_graph=True)
+                sdpa()
+                torch.cuda.synchronize()
+                base[name] = budget.measure(timer, sdpa, stream).median
+            except RuntimeError:
+                base[name] = None
+        rows.append(BackwardRow(dtype, d, causal, S, cfg, times, parts, base["flash"], base["cudnn"], err, regs))
+        del q, k, v, do, o, lse, qg, kg, vg, out, want, grads, cp, launches
+        torch.cuda.empty_cache()
+    return rows
+
+
+def backward_table(rows: list[BackwardRow]) -> str:
+    head = ["dtype", "d", "causal", "S", "ms (D + dK/dV + dQ)", "TFLOP/s", "SDPA flash (yours vs it)",
+            "cuDNN (yours vs it)", "max |err| dQ dK dV"]
+    lines = [head]
+    for r in rows:
+        ms = float(np.median(r.ms))
+        lines.append([r.dtype, str(r.d), "yes" if r.causal else "no", str(r.S),
+                      f"{ms:.4g} ({r.parts_ms['D']:.3g} + {r.parts_ms['dkdv']:.3g} + {r.parts_ms['dq']:.3g})",
+                      f"{r.tflops(ms):.4g}",
+                      f"{r.tflops(r.baseline_ms):.4g} ({r.baseline_ms / ms:.2f}x)" if r.baseline_ms else "-",
+                      f"{r.tflops(r.cudnn_ms):.4g} ({r.cudnn_ms / ms:.2f}x)" if r.cudnn_ms else "-",
+                      " ".join(f"{r.max_abs_err[n]:.1e}" for n in ("dQ", "dK", "dV"))])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)

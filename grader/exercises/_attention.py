@@ -77,11 +77,12 @@ def forward_magnitude(x, scale, causal=False, key_lengths=None):
     return dict(O=o, L=np.where(np.isfinite(lse), lse, 0.0) + r)
 
 
-def backward_magnitude(x, scale, causal=False):
+def backward_magnitude(x, scale, causal=False, keep=None):
     """{dQ, dK, dV, D}: the backward outputs' sizes, built from P (with its relative error
-    (1 + R_i) from the scores), |dP| = |dO| |V|^T and |D|."""
+    (1 + R_i) from the scores), |dP| = |dO| |V|^T and |D|; ``keep`` a mask in place of the causal one
+    (D only when ``x`` holds O)."""
     q, k, v, do = (np.asarray(x[n], np.float64) for n in ("Q", "K", "V", "dO"))
-    keep = _keep_mask(q.shape[-2], causal)
+    keep = _keep_mask(q.shape[-2], causal) if keep is None else keep
     _, r = score_sizes(q, k, scale, keep)
     with np.errstate(over="ignore"):
         pr = np.exp(scale * q @ np.swapaxes(k, -1, -2) - np.asarray(x["L"], np.float64)[..., None])
@@ -89,9 +90,11 @@ def backward_magnitude(x, scale, causal=False):
         pr = np.where(keep, pr, 0.0)
     pg = pr * (1.0 + r)[..., None]
     ds = pg * (np.abs(do) @ np.swapaxes(np.abs(v), -1, -2) + np.abs(np.asarray(x["D"], np.float64))[..., None])
-    return dict(dV=np.swapaxes(pg, -1, -2) @ np.abs(do), dK=abs(scale) * np.swapaxes(ds, -1, -2) @ np.abs(q),
-                dQ=abs(scale) * ds @ np.abs(k),
-                D=(np.abs(do) * np.abs(np.asarray(x["O"], np.float64))).sum(-1))
+    sizes = dict(dV=np.swapaxes(pg, -1, -2) @ np.abs(do), dK=abs(scale) * np.swapaxes(ds, -1, -2) @ np.abs(q),
+                 dQ=abs(scale) * ds @ np.abs(k))
+    if "O" in x:
+        sizes["D"] = (np.abs(do) * np.abs(np.asarray(x["O"], np.float64))).sum(-1)
+    return sizes
 
 
 def forward_with_mask(x, scale, mask):
@@ -317,7 +320,7 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
     block needs, not once per tile of the whole sequence. Causal forward (a block owns
     ``rows_per_block`` query rows): K and V tiles of ``bc`` keys up to the block's last row.
     ``backward`` (a block owns key rows): Q and dO tiles of ``bc`` queries from the one holding the
-    block's first key on. ``padded``: K and V tiles up to the batch entry's key length. ``causal``
+    block's first key on (with ``padded``, none for a block of padding keys). ``padded``: K and V tiles up to the batch entry's key length. ``causal``
     (default: a forward that is not padded) with ``padded``: both limits, the smaller one."""
     names = ("Q", "dO") if backward else ("K", "V")
     causal = (not padded and not backward) if causal is None else causal
@@ -329,7 +332,7 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
 
         def rows_needed(r0, n, length):
             if backward:
-                return n - r0 // bc * bc
+                return 0 if padded and r0 >= length else n - r0 // bc * bc
             need = n
             if padded:
                 need = min(-(-length // bc) * bc, need)
@@ -353,7 +356,8 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
                     "tiles, not over all of them")
         elif backward:
             skip = (f"a block may skip every query tile that lies entirely above the diagonal for its keys (all its "
-                    f"rows before the block's first key): start at the tile holding that key, first_key / {bc} * {bc}")
+                    f"rows before the block's first key): start at the tile holding that key, first_key / {bc} * {bc}"
+                    + (" (and a block whose keys are all padding has nothing to read)" if padded else ""))
         else:
             skip = (f"a block may skip every key tile that lies entirely above its last query row (keys past it are "
                     f"all masked): loop over last_row / {bc} + 1 tiles, not over all of them")

@@ -1,7 +1,8 @@
 """10_decoding: attention for LLM decoding, a few queries per head against a long K/V cache, with
 the keys split over many blocks (split-KV, "flash decoding"): each block writes the normalised
 result of its chunk of keys and its logsumexp, and a second kernel merges the chunks with
-module 03's rule.
+module 03's rule. Then the same split for a forward with many queries (splitk_fwd, at the end of the file), whose
+partial results the same merge kernel combines.
 
 Shapes: Q [B, H, n_q, d], K and V [B, H, N, d] (N keys allocated, lengths[b] of them valid), the
 partial results O_part [B, H, splits, n_q, d] and L_part [B, H, splits, n_q], the output
@@ -16,6 +17,7 @@ keys start + r, start + r + SLOTS, ..., groups of QG = 4 queries walked as G = 1
 query t / (d / 8 / G) of its group; a kernel laid out otherwise is judged by the other checks only.
 """
 import functools
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -646,4 +648,222 @@ for _d in (64, 128):
         cases=_merge_cases(_d),
         magnitude=_merge_magnitude,
         mistakes=MERGE_MISTAKES,
+    )
+
+# --------------------------------------------------------------------------- splitk_fwd: the split-K forward
+#
+# Many queries (S_q of them per head) against the keys split as above. A query tile of SPLITK_ROWS rows of one head is
+# decode_merge's "head" with n_q = SPLITK_ROWS: block (tile, s, head) writes the partial results of the tile's rows
+# over chunk s at O_part[b, h, tile, s] (rows past S_q too: their q is zero), and decode_merge launched on the grid
+# (q_tiles * H, B) with n_q = SPLITK_ROWS combines them, unchanged, into O [B, H, q_tiles * SPLITK_ROWS, d].
+
+SPLITK_ROWS = 64  # splitk_fwd: query rows per block, 16 per warp
+SPLITK_THREADS = 128
+SPLITK_TILE = 64  # keys per K/V tile
+SPLITK_STAGES = 2
+
+
+def splitk_tiles(S_q: int) -> int:
+    return ceil_div(S_q, SPLITK_ROWS)
+
+
+def splitk_shared_bytes(d: int) -> int:
+    """The Q tile and SPLITK_STAGES buffers of (K tile, V tile), rows padded by 8 halves."""
+    return (SPLITK_ROWS + 2 * SPLITK_STAGES * SPLITK_TILE) * (d + 8) * 2
+
+
+def choose_fwd_splits(B: int, H: int, S_q: int, N: int, sms: int = H100_SMS, blocks_per_sm: int = 4,
+                      min_chunk: int = 2048) -> int:
+    """The host's choice of ``splits`` for splitk_fwd: choose_splits' rule over the query tiles of every head, with
+    fewer blocks per SM (a block of the forward is SPLITK_ROWS queries' work per key) and a shorter floor on the
+    chunk (it still amortises loading the Q tile and writing the tile's partial results). About 4 blocks per SM is
+    where benchmarks/bench_10_splitk.py's sweep on the H100 levels off (results/splitk_forward.json)."""
+    return choose_splits(B, H * splitk_tiles(S_q), N, sms=sms, blocks_per_sm=blocks_per_sm, min_chunk=min_chunk)
+
+
+def _padded(p, x=None):
+    """(p with n_q = the padded query count, x with Q padded by zero rows to whole tiles)."""
+    rows = splitk_tiles(p.S_q) * SPLITK_ROWS
+    pp = SimpleNamespace(**{**vars(p), "n_q": rows})
+    if x is None:
+        return pp, None
+    q = np.asarray(x["Q"])
+    pad = np.zeros(q.shape[:2] + (rows - p.S_q, q.shape[-1]), q.dtype)
+    return pp, dict(x, Q=np.concatenate([q, pad], axis=2))
+
+
+def _tiled(p, out):
+    """decode's partial results [B, H, splits, rows, ...] in splitk_fwd's layout [B, H, q_tiles, splits, SPLITK_ROWS,
+    ...]; None stays None, and missing outputs stay missing."""
+    if out is None:
+        return None
+    tiles = splitk_tiles(p.S_q)
+
+    def relayout(a):
+        a = np.asarray(a)
+        a = a.reshape(a.shape[:3] + (tiles, SPLITK_ROWS) + a.shape[4:])
+        return np.swapaxes(a, 2, 3)
+    return {k: relayout(v) for k, v in out.items()}
+
+
+def _on_tiles(fn):
+    """A function of decode_split's (p, x) as one of splitk_fwd's: Q padded to whole tiles, the result relaid."""
+    def wrapped(p, x):
+        pp, xx = _padded(p, x)
+        return _tiled(p, fn(pp, xx))
+    return wrapped
+
+
+def _splitk_inputs(p, rng):
+    return _split_inputs(SimpleNamespace(**{**vars(p), "n_q": p.S_q}), rng)
+
+
+def _rows_unwritten(p, x):
+    """The rows past S_q of the last tile left unwritten (still poisoned: NaN)."""
+    if p.S_q % SPLITK_ROWS == 0:
+        return None
+    out = _on_tiles(_split_ref)(p, x)
+    last = np.zeros(splitk_tiles(p.S_q) * SPLITK_ROWS, bool)
+    last[p.S_q:] = True
+    last = last.reshape(-1, SPLITK_ROWS)[:, None, :]  # [q_tiles, 1, SPLITK_ROWS]
+    return dict(O_part=np.where(last[..., None], np.nan, out["O_part"]), L_part=np.where(last, np.nan, out["L_part"]))
+
+
+def _decode_layout(p, x):
+    """Each head's partial results written as decode_split lays them out, [splits][rows] (row tile * SPLITK_ROWS + r
+    of split s at (head * splits + s) * q_tiles * SPLITK_ROWS + row), and read back as [q_tiles][splits][rows]."""
+    if splitk_tiles(p.S_q) == 1 or p.splits == 1:
+        return None
+    pp, xx = _padded(p, x)
+    tiles = (splitk_tiles(p.S_q), p.splits, SPLITK_ROWS)
+    return {k: v.reshape(v.shape[:2] + tiles + v.shape[4:]) for k, v in _split_ref(pp, xx).items()}
+
+
+def _tile_offset_forgotten(p, x):
+    """Every query tile computed with Q rows 0 .. SPLITK_ROWS - 1 of its head (q0 left out of the Q tile's copy)."""
+    if p.S_q <= SPLITK_ROWS:
+        return None
+    pp, xx = _padded(p, x)
+    return _tiled(p, _split_ref(pp, dict(xx, Q=xx["Q"][:, :, np.arange(pp.n_q) % SPLITK_ROWS])))
+
+
+def _every_key(p, x):
+    """Every block attends all the valid keys of its batch entry, whatever its split."""
+    if p.splits == 1:
+        return None
+    pp, xx = _padded(p, x)
+    keep = _keep(pp, chunk=p.N)  # chunk N: split 0 owns every key, the others none
+    keep = np.broadcast_to(keep[:, :, :1], keep.shape)
+    return _tiled(p, _as_split(partials(pp, xx, keep)))
+
+
+def _last_tile_unmasked(tested_against_n):
+    """The keys of a chunk's last K/V tile past the chunk's end not masked: their rows were copied as zeros, so each
+    adds a score 0 and a zero row of V (a term e^{0 - m} in l, nothing in acc). ``tested_against_n``: the tile is
+    taken for an edge tile (and masked right) only when it runs past N, as module 09's test (j + 1) * TILE > N."""
+    def wrong(p, x):
+        pp, xx = _padded(p, x)
+        keep = _keep(pp)
+        count = keep.sum(axis=-1)  # [B, 1, splits]
+        zeros = np.where(count > 0, -count % SPLITK_TILE, 0)
+        if tested_against_n:
+            tile_end = np.arange(p.splits) * ceil_div(p.N, p.splits) + count + zeros
+            zeros = np.where(tile_end > p.N, 0, zeros)
+        if not zeros.any():
+            return None
+        q, k, v = _per_split(xx)
+        state = ref.partial_state(q, k, v, scale=float(scale_of(p)), mask=keep[..., None, :])
+        zeros = zeros.astype(np.float64)[..., None]  # a key's count per row
+        phantom = (np.where(zeros > 0, 0.0, -np.inf), zeros, np.zeros_like(state[2]))
+        phantom = tuple(np.broadcast_to(a, st.shape) for a, st in zip(phantom, state))
+        return _tiled(p, _as_split(ref.finalize_state(ref.merge_states(state, phantom))))
+    return wrong
+
+
+_SHARED_MISTAKES = ("padding keys included", "an empty split writes NaN", "chunk end off by one: a key counted twice",
+                    "chunk end off by one: the last key of each chunk dropped", "chunk size rounded down",
+                    "L_part in base 2", "L_part without the max", "running max starts at 0",
+                    "scale computed from d instead of the scale argument", "scale never applied",
+                    "scale applied twice")
+
+SPLITK_MISTAKES = [
+    *(Mistake(m.name, m.explain, _on_tiles(m.wrong)) for m in SPLIT_MISTAKES if m.name in _SHARED_MISTAKES),
+    Mistake("every block attends all the keys",
+            "block (tile, s, head) owns only the keys [s * chunk, min((s + 1) * chunk, lengths[b])): a block that "
+            "walks every key makes each split the whole softmax, and the merge then counts every key splits times.",
+            _every_key),
+    *(Mistake("the chunk's last tile not masked",
+              "the last K/V tile of a chunk runs past its end (the chunk is rarely a multiple of the tile): give the "
+              "keys at or past end the score -INFINITY (the tile is an edge tile when start + j * TILE + TILE > end, "
+              "not > N). Loaded as zero rows they still score 0 and add e^{0 - m} to l.",
+              _last_tile_unmasked(tested_against_n)) for tested_against_n in (False, True)),
+    Mistake("rows past S_q not written",
+            "write every row of the tile, those past S_q too: the merge reads whole tiles. Their q was copied as "
+            "zeros, so they hold the plain average of the chunk's V rows; no guard is needed.",
+            _rows_unwritten),
+    Mistake("partial results in decode_split's layout",
+            f"a query tile of {SPLITK_ROWS} rows is decode_merge's head: the partial results of block (tile, s, head) "
+            f"start at row ((head * q_tiles + tile) * splits + s) * {SPLITK_ROWS} of L_part (times HEAD_DIM in "
+            "O_part), [q_tiles][splits][rows] per head, not [splits][S_q] as decode_split writes them.",
+            _decode_layout),
+    Mistake("every query tile computed with the first tile's rows of Q",
+            "block x owns the query rows q0 = blockIdx.x * BLOCK_ROWS onwards: copy the Q tile from row q0 of the "
+            "head, not from row 0.",
+            _tile_offset_forgotten),
+]
+
+
+def _splitk_cases(d):
+    return [
+        case("one_tile_one_split", B=1, H=1, S_q=64, N=64, splits=1, lengths=(64,), d=d, seed=1),
+        case("ragged_chunks", B=1, H=2, S_q=100, N=300, splits=3, lengths=(300,), d=d, seed=2),
+        case("splits_not_dividing", B=1, H=1, S_q=64, N=250, splits=4, lengths=(250,), d=d, seed=3),
+        case("one_query", B=1, H=1, S_q=1, N=130, splits=2, lengths=(130,), d=d, seed=4),
+        case("lengths_full_short_0", B=3, H=1, S_q=70, N=200, splits=3, lengths=(200, 45, 0), d=d, seed=5),
+        case("more_splits_than_tiles", B=1, H=1, S_q=64, N=100, splits=8, lengths=(100,), d=d, seed=6),
+        case("large_logits", B=1, H=1, S_q=64, N=150, splits=2, lengths=(150,), spread=8.0, d=d, seed=7),
+        case("max_in_last_split", B=1, H=1, S_q=40, N=200, splits=3, lengths=(200,), late_peak=30.0, d=d, seed=8),
+        case("scores_below_minus_87", B=1, H=1, S_q=64, N=128, splits=2, lengths=(128,), negative=150.0, d=d, seed=9),
+        case("custom_scale", B=1, H=2, S_q=30, N=90, splits=2, lengths=(90,), scale=0.3, d=d, seed=10),
+        hidden("sizes_odd", B=2, H=2, S_q=77, N=333, splits=5, lengths=(333, 190), d=d),
+        hidden("short_and_empty", B=2, H=1, S_q=128, N=150, splits=6, lengths=(0, 37), d=d),
+        hidden("custom_scale_peak", B=2, H=1, S_q=50, N=190, splits=3, lengths=(190, 101), scale=0.2, late_peak=40.0,
+               d=d),
+    ]
+
+
+for _d in (64, 128):
+    exercise(
+        id=f"splitk_fwd_d{_d}",
+        hidden_sizes={"N": SPLITK_TILE, "S_q": SPLITK_ROWS},
+        module=MODULE,
+        kernel="splitk_fwd",
+        signature="splitk_fwd(const __half* Q, const __half* K, const __half* V, const int* lengths, float* O_part, "
+        "float* L_part, int S_q, int N, int H, int splits, float scale)",
+        launch_shape=f"compiled with -DHEAD_DIM={_d}; grid = (q_tiles, splits, B * H) with q_tiles = ceil_div(S_q, "
+        f"{SPLITK_ROWS}), block = {SPLITK_THREADS} (warp w owns query rows 16w .. 16w + 15 of the tile), dynamic "
+        f"shared memory = ({SPLITK_ROWS} + 2 * {SPLITK_STAGES} * {SPLITK_TILE}) * (HEAD_DIM + 8) * 2 bytes: block "
+        f"(tile, s, b * H + h) attends query rows tile * {SPLITK_ROWS} .. + {SPLITK_ROWS - 1} of head (b, h) over keys "
+        "[s * chunk, min((s + 1) * chunk, lengths[b])), chunk = ceil_div(N, splits), with mma.sync, and writes their "
+        f"normalised output O_part [B, H, q_tiles, splits, {SPLITK_ROWS}, d] and natural-log logsumexp L_part "
+        f"[B, H, q_tiles, splits, {SPLITK_ROWS}] (float; an empty split: O = 0, L = -INFINITY; rows past S_q too, "
+        f"computed from zero rows of Q), the layout decode_merge reads on the grid (q_tiles * H, B) with n_q = "
+        f"{SPLITK_ROWS}; Q [B, H, S_q, d], K and V [B, H, N, d] half, lengths [B] int; no causal mask",
+        make_inputs=_splitk_inputs,
+        outputs=dict(O_part=lambda p: ((p.B, p.H, splitk_tiles(p.S_q), p.splits, SPLITK_ROWS, p.d), F32),
+                     L_part=lambda p: ((p.B, p.H, splitk_tiles(p.S_q), p.splits, SPLITK_ROWS), F32)),
+        reference=_on_tiles(_split_ref),
+        args=lambda p, a: (a.Q, a.K, a.V, a.lengths, a.O_part, a.L_part, np.int32(p.S_q), np.int32(p.N),
+                           np.int32(p.H), np.int32(p.splits), scale_of(p)),
+        grid=lambda p: (splitk_tiles(p.S_q), p.splits, p.B * p.H),
+        block=lambda p: SPLITK_THREADS,
+        shared_mem=lambda p: splitk_shared_bytes(p.d),
+        options=(f"-DHEAD_DIM={_d}",),
+        cases=_splitk_cases(_d),
+        magnitude=_on_tiles(_split_magnitude),
+        # P is rounded to half for the P V mma: O_part carries half precision, whatever its float32 storage
+        tolerance={"O_part": (5e-3, 5e-3)},
+        mistakes=SPLITK_MISTAKES,
+        race_check=True,
+        race_case="ragged_chunks",  # two query tiles, three chunks of two K/V tiles: every buffer is refilled
     )

@@ -18,7 +18,7 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import _keep_mask, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, \
+from ._attention import _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, \
     tile_skipping_io
 from .m05_masking import padding_mistakes
 
@@ -280,3 +280,183 @@ def tuned_configs() -> dict:
 # The graded builds: both head sizes, causal, and bf16 (the emulator checks each in a few seconds).
 for _dtype, _d, _causal in [("fp16", 64, False), ("fp16", 128, False), ("fp16", 64, True), ("bf16", 128, True)]:
     variant(_d, _dtype, _causal)
+
+
+# --------------------------------------------------------------------------- the backward: dK/dV, then dQ
+
+BWD_CONFIG = {"dkdv": {"WARPS": 4, "TILE": 64, "STAGES": 2}, "dq": {"WARPS": 4, "WARP_ROWS": 16, "TILE": 64, "STAGES": 2}}
+BWD_OUTPUTS = {"dkdv": ("dK", "dV"), "dq": ("dQ",)}
+LOG2E = 1.4426950408889634
+
+
+def bwd_block_rows(part, cfg):
+    """Keys (dK/dV: 16 per warp) or query rows (dQ) one block owns."""
+    return cfg["WARPS"] * (16 if part == "dkdv" else cfg["WARP_ROWS"])
+
+
+def bwd_shared_bytes(part, d, cfg):
+    """dK/dV: the block's K and V rows and STAGES (Q, dO) tiles, each row padded by 8 elements, and
+    STAGES (L, D) float tiles; dQ: the block's Q and dO rows and STAGES (K, V) tiles."""
+    rows = 2 * bwd_block_rows(part, cfg) + 2 * cfg["STAGES"] * cfg["TILE"]
+    stats = 2 * cfg["STAGES"] * cfg["TILE"] * 4 if part == "dkdv" else 0
+    return rows * (d + 8) * 2 + stats
+
+
+def _bwd_inputs(bf16):
+    """Q, K, V and dO in half precision (bf16 as bits), with what the forward saved computed from their
+    values in float64: L (float32), and D = rowsum(dO * O) (float32) from the preprocessing step."""
+    def make(p, rng):
+        x = {name: bf16_bits(v) if bf16 else v.astype(F16) for name, v in qkv(p, rng).items()}
+        x["dO"] = rng.standard_normal((p.B, p.H, p.N, p.d))
+        x["dO"] = bf16_bits(x["dO"]) if bf16 else x["dO"].astype(F16)
+        x["key_lengths"] = np.asarray(getattr(p, "lengths", (p.N,) * p.B), dtype=np.int32)
+        v = _bwd_values(x)
+        o, lse = ref.attention_forward(v["Q"], v["K"], v["V"], causal=p.causal, scale=float(scale_of(p)),
+                                       key_lengths=v["key_lengths"])
+        x["L"] = lse.astype(F32)
+        x["D"] = ref.backward_preprocess(o, v["dO"]).astype(F32)
+        return x
+    return make
+
+
+def _bwd_values(x):
+    """The half-precision inputs as the float64 values they hold; the rest as given."""
+    return {n: (bf16_values(a) if a.dtype == np.uint16 else a).astype(np.float64) if n in ("Q", "K", "V", "dO") else a
+            for n, a in x.items()}
+
+
+def _bwd_grads(p, x, keep=None, lse_factor=1.0, use_lse=True, use_d=True, scale_out=None, padding_rows=True):
+    """dQ, dK, dV in float64 from the kernel's own inputs (its L and D); the switches reproduce bugs:
+    ``keep`` a wrong mask, ``lse_factor`` L taken in another base, ``use_lse``/``use_d`` a missing term,
+    ``scale_out`` a wrong factor in dQ and dK, ``padding_rows=False`` dK, dV of padding keys not zeroed."""
+    v = _bwd_values(x)
+    s = float(scale_of(p))
+    keep = _keep(p, x) if keep is None else keep
+    lse = np.asarray(v["L"], np.float64)[..., None] * lse_factor if use_lse else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = np.exp(s * v["Q"] @ np.swapaxes(v["K"], -1, -2) - lse)
+    P = np.where(np.broadcast_to(keep, P.shape), P, 0.0) if keep is not None else P
+    dP = v["dO"] @ np.swapaxes(v["V"], -1, -2)
+    out = s if scale_out is None else scale_out
+    rows_valid = (np.arange(p.N)[None, :] < np.asarray(v["key_lengths"])[:, None])[:, None, :, None] | (not padding_rows)
+    with np.errstate(over="ignore", invalid="ignore"):  # the bug models may overflow P
+        dS = P * (dP - (np.asarray(v["D"], np.float64)[..., None] if use_d else 0.0))
+        return dict(dQ=out * dS @ v["K"], dK=np.where(rows_valid, out * np.swapaxes(dS, -1, -2) @ v["Q"], 0.0),
+                    dV=np.where(rows_valid, np.swapaxes(P, -1, -2) @ v["dO"], 0.0))
+
+
+def _bwd_magnitude(part):
+    def size(p, x):
+        v = _bwd_values(x)
+        m = backward_magnitude(v, float(scale_of(p)), keep=_keep(p, x))
+        return {n: m[n] for n in BWD_OUTPUTS[part]}
+    return size
+
+
+def _bwd_mistakes(part, causal):
+    outputs = BWD_OUTPUTS[part]
+
+    def wrong(**how):
+        return lambda p, x: {n: g for n, g in _bwd_grads(p, x, **how).items() if n in outputs}
+
+    found = [
+        Mistake("P recomputed without L", "P = exp(scale*q.k - L) with the row's saved logsumexp L: the forward's "
+                "final normaliser, so no running max is needed here.", wrong(use_lse=False)),
+        Mistake("L used as if it were in base 2", "L is a natural logarithm: in the exponent of exp2 it becomes "
+                "L * log2(e), as scale does (scale * log2(e))", wrong(lse_factor=1 / LOG2E)),
+        Mistake("dS without the D term", "dS = P * (dP - D), D = rowsum(dO * O) from the preprocessing step.",
+                wrong(use_d=False)),
+        Mistake("the scale missing at the end", f"{' and '.join(n for n in outputs if n != 'dV')} = scale * (...): "
+                "the chain rule through S = scale*QK^T brings it in (not into dV).",
+                wrong(scale_out=1.0)),
+        Mistake("padding keys attended", "a key at or past key_lengths[b] has P = 0 for every query"
+                + (" (mask it in the tiles that cross kv_len)." if part == "dq" else
+                   " and gets dK = dV = 0 (write zeros for those rows)."),
+                lambda p, x: wrong(keep=_keep_mask(p.N, causal=True) if p.causal else np.ones((1, 1, p.N, p.N), bool),
+                                   padding_rows=False)(p, x)
+                if (x["key_lengths"] < p.N).any() else None),
+    ]
+    if causal:
+        i_, j_ = (lambda n: np.arange(n)[:, None]), (lambda n: np.arange(n)[None, :])
+        lengths = lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
+        found += [
+            Mistake("no causal mask", "query i does not see keys j > i: P = 0 there, in every tile that crosses "
+                    "the diagonal.", lambda p, x: {n: g for n, g in _bwd_grads(
+                        p, x, keep=lengths(p, x)).items() if n in outputs}),
+            Mistake("causal mask off by one", "query i sees key i itself: keep key <= row, not key < row.",
+                    lambda p, x: {n: g for n, g in _bwd_grads(
+                        p, x, keep=(j_(p.N) < i_(p.N))[None, None] & lengths(p, x)).items() if n in outputs}),
+        ]
+    return found
+
+
+def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
+    """The exercise row of one build of ``capstone_bwd_dkdv`` or ``capstone_bwd_dq`` (``part`` "dkdv"
+    or "dq"), as ``variant`` does for the forward."""
+    from ..exercise_rows import Exercise
+
+    base = BWD_CONFIG[part]
+    cfg = dict(base, **(cfg or {}))
+    bf16 = dtype == "bf16"
+    kernel = f"capstone_bwd_{part}"
+    ex_id = f"{kernel}_{'bf16_' if bf16 else ''}{'causal_' if causal else ''}d{d}" + \
+        ("" if cfg == base else "_" + "_".join(f"{k.lower()}{v}" for k, v in cfg.items()))
+    options = (f"-DHEAD_DIM={d}",) + (("-DELEM_BF16=1",) if bf16 else ()) + (("-DCAUSAL=1",) if causal else ()) + \
+        tuple(f"-D{k}={v}" for k, v in cfg.items())
+    rows = bwd_block_rows(part, cfg)
+    elem = "__nv_bfloat16" if bf16 else "__half"
+    outputs = BWD_OUTPUTS[part]
+    half_tol = (2e-2, 2e-2) if bf16 else (4e-3, 4e-3)  # P and dS enter the products rounded to the inputs' type
+    if part == "dkdv":
+        shape = (f"grid = (ceil_div(N, 16 * WARPS), H, B), block = 32 * WARPS threads (warp w owns keys "
+                 "16 w .. 16 w + 15 of the block's and walks the query tiles of TILE rows: from the one holding the "
+                 "block's first key when causal); dynamic shared memory = (32 * WARPS + 2 * STAGES * TILE) * "
+                 "(HEAD_DIM + 8) * 2 + 8 * STAGES * TILE bytes; dK, dV float [B, H, N, d], zero for padding keys")
+        signature = (f"{kernel}(const elem* Q, const elem* K, const elem* V, const elem* dO, const float* L, "
+                     "const float* D, const int* key_lengths, float* dK, float* dV, int N, float scale)")
+        args = lambda p, a: (a.Q, a.K, a.V, a.dO, a.L, a.D, a.key_lengths, a.dK, a.dV, np.int32(p.N),  # noqa: E731
+                             scale_of(p))
+        io_check = tile_skipping_io(rows, cfg["TILE"], 2, backward=True, padded=True) if causal else None
+    else:
+        shape = (f"grid = (ceil_div(N, WARPS * WARP_ROWS), H, B), block = 32 * WARPS threads (warp w owns query "
+                 "rows WARP_ROWS w .. WARP_ROWS (w + 1) - 1 of the block's and walks the K/V tiles of TILE keys); "
+                 "dynamic shared memory = (2 * WARPS * WARP_ROWS + 2 * STAGES * TILE) * (HEAD_DIM + 8) * 2 bytes; "
+                 "dQ float [B, H, N, d]")
+        signature = (f"{kernel}(const elem* Q, const elem* K, const elem* V, const elem* dO, const float* L, "
+                     "const float* D, const int* key_lengths, float* dQ, int N, float scale)")
+        args = lambda p, a: (a.Q, a.K, a.V, a.dO, a.L, a.D, a.key_lengths, a.dQ, np.int32(p.N),  # noqa: E731
+                             scale_of(p))
+        io_check = tile_skipping_io(rows, cfg["TILE"], 2, padded=True, causal=causal)
+    row = dict(
+        id=ex_id,
+        hidden_sizes={"N": 64},
+        module=MODULE,
+        kernel=kernel,
+        signature=signature,
+        launch_shape=f"compiled with {' '.join(options)} (elem = {elem}); {shape}; batch b has key_lengths[b] valid "
+        f"keys (0..N){'; query row i sees keys 0..i' if causal else ''}; Q, K, V, dO [B, H, N, d] in elem, L (the "
+        "forward's natural-log logsumexp) and D = rowsum(dO * O) float [B, H, N]",
+        make_inputs=_bwd_inputs(bf16),
+        outputs={n: (lambda p: ((p.B, p.H, p.N, p.d), F32)) for n in outputs},
+        reference=lambda p, x: {n: g for n, g in _bwd_grads(p, x).items() if n in outputs},
+        magnitude=_bwd_magnitude(part),
+        tolerance={n: half_tol for n in outputs},
+        args=args,
+        grid=lambda p: (ceil_div(p.N, rows), p.H, p.B),
+        block=lambda p: 32 * cfg["WARPS"],
+        shared_mem=lambda p: bwd_shared_bytes(part, d, cfg),
+        options=options,
+        cases=[_with(c, d=d, causal=causal) for c in CASES],
+        race_check=True,
+        race_case="five_tiles_ragged",
+        mistakes=_bwd_mistakes(part, causal),
+        io_check=io_check,
+        io_case="five_tiles_ragged" if io_check else None,
+    )
+    return exercise(**row) if register else Exercise(**row)
+
+
+# The graded builds of each backward kernel: d = 64 with and without the mask, and bf16 causal d = 128.
+for _part in ("dkdv", "dq"):
+    for _dtype, _d, _causal in [("fp16", 64, False), ("fp16", 64, True), ("bf16", 128, True)]:
+        bwd_variant(_part, _d, _dtype, _causal)

@@ -780,6 +780,7 @@ def table_ablation(cap: dict) -> str | None:
 
 
 NCU = RESULTS / "capstone_ncu.json"
+BACKWARD = RESULTS / "capstone_backward.json"
 NCU_ROWS = ["duration (us)", "tensor pipe active (% of peak)", "issue slots busy (%)", "instructions (M)",
             "warps per SM (achieved)", "DRAM bytes read (MB)", "local (spill) bytes (MB)",
             "stall: dispatch stall (warps per issue)",
@@ -809,6 +810,26 @@ def table_ncu(ncu: dict) -> str:
 
 
 # --------------------------------------------------------------------------- main
+
+
+def table_backward(bwd: dict) -> str:
+    """The tensor-core backward against SDPA's flash backward and cuDNN's, from bench_11_backward.py."""
+    lines = ["| configuration | ms: D + dK/dV + dQ | TFLOP/s | SDPA flash backward | vs it | cuDNN backward | vs it "
+             "| dK/dV launch (registers) | dQ launch (registers) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in bwd["bench"]:
+        p, c = r["parts_ms"], r["choices"]
+        launch = lambda part: " ".join(f"{k}={v}" for k, v in c[part].items()) + f" ({r['regs'][part]})"  # noqa: E731
+        cudnn = r["tflops"] / r["cudnn_ratio"] if r.get("cudnn_ratio") else None
+        lines.append(f"| {label(r['dtype'], r['d'], r['causal'])} | {r['ms']:.3g}: {p['D']:.2g} + {p['dkdv']:.3g} + "
+                     f"{p['dq']:.3g} | {r['tflops']:.0f} | {r['baseline_tflops']:.0f} | {r['ratio']:.2f}x | "
+                     + (f"{cudnn:.0f} | {r['cudnn_ratio']:.2f}x" if cudnn else "- | -")
+                     + f" | {launch('dkdv')} | {launch('dq')} |")
+    ratios = [r["ratio"] for r in bwd["bench"]]
+    lines.append("")
+    lines.append(f"B = 4, H = 16, S = 4096, {bwd['device']}; TFLOP/s count SDPA's five products (halved when "
+                 f"causal) for every column. Against FA2's backward: {min(ratios):.2f}x to {max(ratios):.2f}x, "
+                 f"{sum(x >= 0.8 for x in ratios)} of {len(ratios)} configurations at 0.8x or more.")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -843,6 +864,9 @@ def main() -> None:
                 print(f"{name} table kept as committed: its other data file is missing")
             else:
                 tables[name] = body
+    bwd = load(BACKWARD)
+    if bwd is not None:
+        tables["backward"] = table_backward(bwd)
     ncu = load(NCU)
     if ncu is None:
         print("ncu table kept as committed: no capstone_ncu.json")
