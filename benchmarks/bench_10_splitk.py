@@ -12,7 +12,8 @@ no mask, all keys valid: split + merge with choose_fwd_splits' count (`splitk_fw
 and the split counts of SWEEP_SPLITS (the `sweep` rows). Each time is the median over runs with the L2 flushed
 between them (grader.benchmark), repeated three times; TFLOP/s count 4 * B * H * S_q * N * d. A record's S is N
 (the key length, as benchmarks/decode.py), with S_q and N beside it. OUT (JSON) holds the records, the sweep, the
-device and the command; the same table as text goes to OUT with the suffix .txt. `--merge` also puts the records
+device, the command and how many of the (d, shape) pairs it holds (OUT is rewritten after each); the same table as
+text goes to OUT with the suffix .txt. `--merge` also puts the records
 into benchmarks/results/gpu_evidence.json.
 """
 from __future__ import annotations
@@ -109,7 +110,7 @@ def gpu_main(out: Path, merged: bool = False):
     measure, stream, torch_stream = decode.gpu_timing()
     sig = benchmark._sig
 
-    records, sweep, lines = [], [], []
+    records, sweep, lines, done = [], [], [], 0
     for d in (128, 64):
         split, merge = kernels(d)
         for B, H, S_q, N in SHAPES:
@@ -183,9 +184,11 @@ def gpu_main(out: Path, merged: bool = False):
                 lines.append(line)
             del tensors, q, k, v, want
             torch.cuda.empty_cache()
-
-    decode.write_results(out, "bench_10_splitk.py", merged, dict(device=device, sms=H100_SMS),
-                         dict(bench=records, sweep=sweep), lines)
+            done += 1
+            # written after every shape, so that a run cut short keeps what it measured (and says so)
+            decode.write_results(out, "bench_10_splitk.py", merged,
+                                 dict(device=device, sms=H100_SMS, shapes_done=done, shapes=2 * len(SHAPES)),
+                                 dict(bench=records, sweep=sweep), lines)
     return records
 
 

@@ -4,6 +4,7 @@ backend (the target) and cuDNN. Each build is checked on its visible cases befor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -102,15 +103,11 @@ class BackwardRow:
 
     @property
     def flops(self) -> float:
-        return benchspec.SDPA_BWD_FLOPS(_shape(self.d, self.S, self.causal))
+        p = SimpleNamespace(B=BWD_SHAPE["B"], H=BWD_SHAPE["H"], N=self.S, d=self.d, causal=self.causal)
+        return benchspec.SDPA_BWD_FLOPS(p)
 
     def tflops(self, ms: float) -> float:
         return self.flops / ms / 1e9
-
-
-def _shape(d, S, causal):
-    from types import SimpleNamespace
-    return SimpleNamespace(B=BWD_SHAPE["B"], H=BWD_SHAPE["H"], N=S, d=d, causal=causal)
 
 
 BWD_SHAPE = {"B": 4, "H": 16}

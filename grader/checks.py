@@ -561,14 +561,15 @@ def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
 
 def _mistake_fits(ex, p, inputs, got, expected, be, mags=None) -> tuple[list, set]:
     """(the declared mistakes, as "name: explain", that reproduce the outputs on this case, in
-    declaration order; those whose model applies to this case but does not reproduce them)."""
+    declaration order; those whose model applies to this case but does not reproduce them). A model
+    that reproduces them but gives the right answer here too (a mistake this case cannot show) is in
+    neither: it is no evidence against that mistake."""
     mags = mags or {}
     found, tried = [], set()
     for m in ex.mistakes:
         wrong = m.wrong(p, inputs)
         if wrong is None:
             continue
-        tried.add(f"{m.name}: {m.explain}")
         matches, distinct = True, False
         for name, w in wrong.items():
             dtype = _dtype_name(ex, name, p)
@@ -584,7 +585,9 @@ def _mistake_fits(ex, p, inputs, got, expected, be, mags=None) -> tuple[list, se
                 break
             if not _within(np.asarray(expected[name], dtype=np.float64), w, *loose, mags.get(name)).all():
                 distinct = True
-        if matches and distinct and f"{m.name}: {m.explain}" not in found:  # (one mistake may have several models)
+        if not matches:
+            tried.add(f"{m.name}: {m.explain}")
+        elif distinct and f"{m.name}: {m.explain}" not in found:  # (one mistake may have several models)
             found.append(f"{m.name}: {m.explain}")
     return found, tried - set(found)
 

@@ -348,16 +348,16 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
         read = sum(io.per_array[name][0] for name in names)
         if read <= slack * needed:
             return None
-        if padded and causal:
+        if backward:
+            skip = (f"a block may skip every query tile that lies entirely above the diagonal for its keys (all its "
+                    f"rows before the block's first key): start at the tile holding that key, first_key / {bc} * {bc}"
+                    + (" (and a block whose keys are all padding has nothing to read)" if padded else ""))
+        elif padded and causal:
             skip = (f"a block may skip every key tile that is all padding or lies entirely above its last query row: "
                     f"loop over min(ceil_div(key_lengths[b], {bc}), last_row / {bc} + 1) tiles, not over all of them")
         elif padded:
             skip = (f"a block may skip every key tile that is all padding: loop over ceil_div(key_lengths[b], {bc}) "
                     "tiles, not over all of them")
-        elif backward:
-            skip = (f"a block may skip every query tile that lies entirely above the diagonal for its keys (all its "
-                    f"rows before the block's first key): start at the tile holding that key, first_key / {bc} * {bc}"
-                    + (" (and a block whose keys are all padding has nothing to read)" if padded else ""))
         else:
             skip = (f"a block may skip every key tile that lies entirely above its last query row (keys past it are "
                     f"all masked): loop over last_row / {bc} + 1 tiles, not over all of them")
