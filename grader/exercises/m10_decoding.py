@@ -677,7 +677,8 @@ def choose_fwd_splits(B: int, H: int, S_q: int, N: int, sms: int = H100_SMS, blo
     """The host's choice of ``splits`` for splitk_fwd: choose_splits' rule over the query tiles of every head, with
     fewer blocks per SM (a block of the forward is SPLITK_ROWS queries' work per key) and a shorter floor on the
     chunk (it still amortises loading the Q tile and writing the tile's partial results). About 4 blocks per SM is
-    where benchmarks/bench_10_splitk.py's sweep on the H100 levels off (results/splitk_forward.json)."""
+    where benchmarks/bench_10_splitk.py's sweeps on the H100 level off at d = 64 (two runs cut short:
+    results/splitk_forward_partial.txt); at d = 128 they favour fewer splits."""
     return choose_splits(B, H * splitk_tiles(S_q), N, sms=sms, blocks_per_sm=blocks_per_sm, min_chunk=min_chunk)
 
 
