@@ -168,13 +168,7 @@ def gpu_main(out: Path, merged: bool = False):
                            source="notebooks/10_decoding")
                 if "merge_ms" in row:
                     rec["merge_ms"] = row["merge_ms"]
-                if "sdpa_flash" in base:
-                    b = base["sdpa_flash"]
-                    rec.update(baseline_tflops=sig(flops / b / 1e9), ratio=sig(b / ms), baseline_ms=sig(b),
-                               baseline_backend="FLASH_ATTENTION")
-                if "sdpa_cudnn" in base:
-                    c = base["sdpa_cudnn"]
-                    rec.update(cudnn_ms=sig(c), cudnn_tflops=sig(flops / c / 1e9), cudnn_ratio=sig(c / ms))
+                rec.update(decode.sdpa_fields(base, ms, flops))
                 records.append(rec)
                 line = (f"{label:20s} B={B:2d} H={H:2d} S_q={S_q:5d} N={N:6d} splits={splits:3d}: {ms:8.4f} ms "
                         f"{rec['tflops']:6.1f} TFLOP/s | SDPA flash {rec.get('baseline_ms')} ms "

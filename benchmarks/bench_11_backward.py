@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from grader import benchmark  # noqa: E402
 from grader.capstone import BWD_SHAPE, backward_table, bench_backward  # noqa: E402
 from grader.checks import run_check  # noqa: E402
+from grader.errors import CourseError  # noqa: E402
 from grader.course import solution_source  # noqa: E402
 from grader.exercises import m11_capstone as m11  # noqa: E402
 
@@ -58,7 +59,7 @@ def sweep(dkdv, dq):
             try:
                 (row,) = bench_backward(dkdv, dq, configs=[("fp16", d, causal)], choices=choices, repeats=1,
                                         baselines=False)
-            except Exception as exc:  # a build over the register or shared-memory limit
+            except CourseError as exc:  # a build over the shared-memory or register limit: refused before launch
                 runs.append(dict(d=d, causal=causal, choices=choices, error=str(exc).splitlines()[0][:200]))
                 print(f"  d={d} causal={causal} {choices}: {str(exc).splitlines()[0][:120]}", flush=True)
                 continue

@@ -127,6 +127,21 @@ def gpu_timing():
     return measure, stream, torch_stream
 
 
+def sdpa_fields(base: dict, ms: float, flops: float, **rates) -> dict:
+    """A record's fields for SDPA's backends (sdpa_times' ``base``) beside our time ``ms``: each backend's ms, its
+    TFLOP/s and our ratio to it, and each of ``rates`` (name -> function of ms) for it too."""
+    sig, out = benchmark._sig, {}
+    if "sdpa_flash" in base:
+        b = base["sdpa_flash"]
+        out.update(baseline_tflops=sig(flops / b / 1e9), ratio=sig(b / ms), baseline_ms=sig(b),
+                   baseline_backend="FLASH_ATTENTION", **{f"baseline_{k}": sig(f(b)) for k, f in rates.items()})
+    if "sdpa_cudnn" in base:
+        c = base["sdpa_cudnn"]
+        out.update(cudnn_ms=sig(c), cudnn_tflops=sig(flops / c / 1e9), cudnn_ratio=sig(c / ms),
+                   **{f"cudnn_{k}": sig(f(c)) for k, f in rates.items()})
+    return out
+
+
 def sdpa_times(q, k, v, measure, torch_stream, shape: str) -> dict:
     """{"sdpa_flash": ms, "sdpa_cudnn": ms}: PyTorch's SDPA on the same tensors with each backend; a backend that
     refuses them is left out, with a line that says so."""
@@ -222,15 +237,7 @@ def gpu_main(out: Path, merged: bool = False):
                            repeat_ms=[benchmark._sig(t) for t in times],
                            run_to_run=benchmark._sig(benchmark.run_to_run_spread(times)),
                            max_abs_err_vs_sdpa=err, device=device, source="notebooks/10_decoding")
-                if "sdpa_flash" in base:
-                    b = base["sdpa_flash"]
-                    rec.update(baseline_tflops=benchmark._sig(flops / b / 1e9), ratio=benchmark._sig(b / ms),
-                               baseline_ms=benchmark._sig(b), baseline_backend="FLASH_ATTENTION",
-                               baseline_gbps=benchmark._sig(nbytes / b / 1e6))
-                if "sdpa_cudnn" in base:
-                    c = base["sdpa_cudnn"]
-                    rec.update(cudnn_ms=benchmark._sig(c), cudnn_gbps=benchmark._sig(nbytes / c / 1e6),
-                               cudnn_ratio=benchmark._sig(c / ms))
+                rec.update(sdpa_fields(base, ms, flops, gbps=lambda t: nbytes / t / 1e6))
                 records.append(rec)
                 line = (f"{label:20s} B={B:2d} H={H:2d} n_q={n_q} N={N:6d} splits={splits:3d}: {ms:8.4f} ms "
                         f"{rec['gbps']:7.0f} GB/s ({rec['hbm_fraction']:.0%} of {HBM_TBPS} TB/s) | SDPA flash "

@@ -3,10 +3,14 @@
 scaled to the units their names give."""
 from __future__ import annotations
 
+import argparse
 import csv
 import io
+import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Callable
 
 METRICS = {
@@ -63,3 +67,23 @@ def table(results: dict, labels, suffix: str, width: int) -> str:
                                                    for label in labels))
         lines.append("")
     return "\n".join(lines)
+
+
+def cli(stem: str, launch: Callable[[str], None], profile_all: Callable[[str], dict], show: Callable[[dict], str]):
+    """A profiling script's command line: ``--launch SPEC`` is the child that ncu profiles (``launch(SPEC)``);
+    otherwise ``profile_all(ncu)`` runs them and OUT (``--out``, default ``STEM_out``) gets STEM.json and the
+    table ``show(results)`` as STEM.txt."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path(f"{stem}_out"))
+    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--launch", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.launch is not None:
+        launch(a.launch)
+        sys.exit(0)
+    exe = shutil.which(a.ncu) or sys.exit(f"{a.ncu} not found")
+    results = profile_all(exe)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (a.out / f"{stem}.txt").write_text(show(results))
+    print(show(results))

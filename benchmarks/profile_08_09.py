@@ -10,14 +10,11 @@ DIR/profile_08_09.json and a table, DIR/profile_08_09.txt (committed in benchmar
 """
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ncu_metrics import collect, table as ncu_table  # noqa: E402
+from ncu_metrics import cli, collect, table as ncu_table  # noqa: E402
 
 SHAPE = dict(B=4, H=16, S=4096, d=64)
 KERNELS = {"08 tc_flash_fwd": "tc_flash_fwd", "09 tc_flash_fwd_pipe": "tc_flash_fwd_pipe"}
@@ -61,17 +58,5 @@ def table(results: dict) -> str:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=Path("profile_08_09_out"))
-    ap.add_argument("--ncu", default="ncu")
-    ap.add_argument("--launch", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.launch is not None:
-        launch(bool(int(a.launch)))
-        sys.exit(0)
-    exe = shutil.which(a.ncu) or sys.exit(f"{a.ncu} not found")
-    results = {("causal" if c else "not causal"): profile(exe, c) for c in (False, True)}
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "profile_08_09.json").write_text(json.dumps(results, indent=1) + "\n")
-    (a.out / "profile_08_09.txt").write_text(table(results))
-    print(table(results))
+    cli("profile_08_09", lambda spec: launch(bool(int(spec))),
+        lambda exe: {("causal" if c else "not causal"): profile(exe, c) for c in (False, True)}, table)

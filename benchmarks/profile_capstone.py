@@ -10,14 +10,11 @@ DIR/capstone_ncu.txt (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ncu_metrics import collect, table as ncu_table  # noqa: E402
+from ncu_metrics import cli, collect, table as ncu_table  # noqa: E402
 
 CONFIGS = [("fp16", 64, False), ("fp16", 64, True), ("fp16", 128, False), ("fp16", 128, True)]
 SHAPE = dict(B=4, H=16, S=4096)
@@ -65,19 +62,11 @@ def table(results: dict) -> str:
     return ncu_table(results, ("capstone", "SDPA flash"), "(B=4, H=16, S=4096)", 12)
 
 
+def _launch(spec: str):
+    dt, dd, cc = spec.split(",")
+    launch(dt, int(dd), bool(int(cc)))
+
+
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=Path("capstone_ncu_out"))
-    ap.add_argument("--ncu", default="ncu")
-    ap.add_argument("--launch", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.launch:
-        dt, dd, cc = a.launch.split(",")
-        launch(dt, int(dd), bool(int(cc)))
-        sys.exit(0)
-    exe = shutil.which(a.ncu) or sys.exit(f"{a.ncu} not found")
-    results = {f"{dt} d={dd}{' causal' if cc else ''}": profile(exe, dt, dd, cc) for dt, dd, cc in CONFIGS}
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "capstone_ncu.json").write_text(json.dumps(results, indent=1) + "\n")
-    (a.out / "capstone_ncu.txt").write_text(table(results))
-    print(table(results))
+    cli("capstone_ncu", _launch,
+        lambda exe: {f"{dt} d={dd}{' causal' if cc else ''}": profile(exe, dt, dd, cc) for dt, dd, cc in CONFIGS}, table)

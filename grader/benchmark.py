@@ -676,6 +676,14 @@ def _dry_run(ex, compiled, spec, p, dtype: str, seed: int) -> str | None:
     return f"dry run: the launch left {', '.join(missing)} unwritten" if missing else None
 
 
+def kernel_source(kernel, caller: str) -> str:
+    """The source of ``kernel``: a source string, or the kernel ``%%cuda`` made."""
+    source = kernel if isinstance(kernel, str) else getattr(kernel, "code", None)
+    if not isinstance(source, str):
+        raise CourseError(f"{caller}: pass the kernel's source string or the kernel made by %%cuda")
+    return source
+
+
 def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeats: int = 1,
           budget: Budget | None = None, baselines: bool = True, seed: int = 0, dry_run: bool = False) -> BenchReport:
     """Check ``kernel`` (its source, or the kernel ``%%cuda`` made) on the exercise's visible
@@ -696,9 +704,7 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
         raise BackendUnavailableError(REFUSAL.format(exercise=exercise))
 
     ex, spec = get_exercise(exercise), get_spec(exercise)
-    source = kernel if isinstance(kernel, str) else getattr(kernel, "code", None)
-    if not isinstance(source, str):
-        raise CourseError("bench(exercise, kernel): pass the kernel's source string or the kernel made by %%cuda")
+    source = kernel_source(kernel, "bench(exercise, kernel)")
     shape = parse_shape(shape, spec)
     dtype = _kernel_dtype(source, ex, dtype)
     if why := spec.unsupported(shape):

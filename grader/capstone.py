@@ -11,7 +11,7 @@ import numpy as np
 from . import benchspec
 from .backend import backend as active_backend
 from .errors import BackendUnavailableError
-from .benchmark import BenchReport, Budget, bench
+from .benchmark import BenchReport, Budget, bench, kernel_source
 from .exercise_rows import REGISTRY
 from .exercises import m11_capstone as m11
 
@@ -56,10 +56,13 @@ HEADER = ["dtype", "d", "causal", "S", "choices", "ms", "TFLOP/s", "SDPA flash T
           "cuDNN TFLOP/s (yours vs it)", ""]
 
 
-def table(rows: list[Row]) -> str:
-    lines = [HEADER] + [r.cells() for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
+def _aligned(lines: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def table(rows: list[Row]) -> str:
+    return _aligned([HEADER] + [r.cells() for r in rows])
 
 
 def bench_capstone(kernel, *, seqs=(4096,), configs=None, choices: dict | None = None, repeats: int = 1,
@@ -113,10 +116,6 @@ class BackwardRow:
 BWD_SHAPE = {"B": 4, "H": 16}
 
 
-def _source(kernel) -> str:
-    return kernel if isinstance(kernel, str) else kernel.code
-
-
 def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | None = None,
                    repeats: int = 3, baselines: bool = True) -> list[BackwardRow]:
     """Time the backward made of ``dkdv`` and ``dq`` (sources, or the kernels ``%%cuda`` made) at
@@ -164,7 +163,7 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
             c = cfg[part]
             options = (f"-DHEAD_DIM={d}",) + (("-DELEM_BF16=1",) if dtype == "bf16" else ()) + \
                 (("-DCAUSAL=1",) if causal else ()) + tuple(f"-D{key}={val}" for key, val in c.items())
-            kern = RawKernel(_source(fn), f"capstone_bwd_{part}", options=options).compile()
+            kern = RawKernel(kernel_source(fn, "bench_backward"), f"capstone_bwd_{part}", options=options).compile()
             smem = m11.bwd_shared_bytes(part, d, c)
             kern.max_dynamic_shared_size_bytes = smem
             outs = (cp["dK"], cp["dV"]) if part == "dkdv" else (cp["dQ"],)
@@ -173,9 +172,9 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
             grid = (-(-S // m11.bwd_block_rows(part, c)), H, B)
             launches[part] = lambda kern=kern, grid=grid, c=c, args=args, smem=smem: kern(
                 grid, 32 * c["WARPS"], args, shared_mem=smem)
-            regs[part] = kern._compiled._limits[1]
+            regs[part] = kern.registers_per_thread()
 
-        pre = RawKernel(_source(dkdv), "capstone_bwd_preprocess",
+        pre = RawKernel(kernel_source(dkdv, "bench_backward"), "capstone_bwd_preprocess",
                         options=(f"-DHEAD_DIM={d}",) + (("-DELEM_BF16=1",) if dtype == "bf16" else ())).compile()
         o_cp, rows_total = cupy.from_dlpack(o), B * H * S
         pre_args = (o_cp, cp["do"], cp["D"], np.int32(rows_total))
@@ -227,5 +226,4 @@ def backward_table(rows: list[BackwardRow]) -> str:
                       f"{r.tflops(r.baseline_ms):.4g} ({r.baseline_ms / ms:.2f}x)" if r.baseline_ms else "-",
                       f"{r.tflops(r.cudnn_ms):.4g} ({r.cudnn_ms / ms:.2f}x)" if r.cudnn_ms else "-",
                       " ".join(f"{r.max_abs_err[n]:.1e}" for n in ("dQ", "dK", "dV"))])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+    return _aligned(lines)

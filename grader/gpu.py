@@ -37,6 +37,11 @@ class GpuKernel:
         return int(attributes["max_threads_per_block"]), int(attributes["num_regs"])
 
     @property
+    def registers(self) -> int:
+        """Registers per thread of this build."""
+        return self._limits[1]
+
+    @property
     def max_threads_per_block(self) -> int:
         """The most threads a block of this build can have: fewer than 1024 when its registers per
         thread times the threads would exceed what an SM gives one block."""

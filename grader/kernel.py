@@ -66,6 +66,11 @@ class RawKernel:
         self.compile()
         return self._compiled.max_threads_per_block if self.backend == "gpu" else None
 
+    def registers_per_thread(self) -> int | None:
+        """On a GPU, the registers per thread of this build; None on the emulator."""
+        self.compile()
+        return self._compiled.registers if self.backend == "gpu" else None
+
     def __call__(self, grid, block, args, *, shared_mem=0, time_limit=None, race_check=False, count_io=False,
                  profile=False):
         if not isinstance(self.max_dynamic_shared_size_bytes, int) or not (

@@ -57,10 +57,11 @@ def _inputs(bf16):
     return make
 
 
-def _values(x):
-    """Q, K, V as the float32 values they hold (bfloat16 bits decoded, half widened); key_lengths as given."""
-    return {name: (bf16_values(v) if v.dtype == np.uint16 else v.astype(F32)) if name in "QKV" else v
-            for name, v in x.items()}
+def _values(x, dtype=F32):
+    """Q, K, V (and dO) as the values they hold, in ``dtype`` (bfloat16 bits decoded, half widened); the
+    rest as given."""
+    return {name: (bf16_values(v) if v.dtype == np.uint16 else v).astype(dtype) if name in ("Q", "K", "V", "dO")
+            else v for name, v in x.items()}
 
 
 def _keep(p, x):
@@ -306,11 +307,10 @@ def _bwd_inputs(bf16):
     """Q, K, V and dO in half precision (bf16 as bits), with what the forward saved computed from their
     values in float64: L (float32), and D = rowsum(dO * O) (float32) from the preprocessing step."""
     def make(p, rng):
-        x = {name: bf16_bits(v) if bf16 else v.astype(F16) for name, v in qkv(p, rng).items()}
-        x["dO"] = rng.standard_normal((p.B, p.H, p.N, p.d))
-        x["dO"] = bf16_bits(x["dO"]) if bf16 else x["dO"].astype(F16)
+        drawn = qkv(p, rng) | {"dO": rng.standard_normal((p.B, p.H, p.N, p.d))}
+        x = {name: bf16_bits(v) if bf16 else v.astype(F16) for name, v in drawn.items()}
         x["key_lengths"] = np.asarray(getattr(p, "lengths", (p.N,) * p.B), dtype=np.int32)
-        v = _bwd_values(x)
+        v = _values(x, np.float64)
         o, lse = ref.attention_forward(v["Q"], v["K"], v["V"], causal=p.causal, scale=float(scale_of(p)),
                                        key_lengths=v["key_lengths"])
         x["L"] = lse.astype(F32)
@@ -319,35 +319,27 @@ def _bwd_inputs(bf16):
     return make
 
 
-def _bwd_values(x):
-    """The half-precision inputs as the float64 values they hold; the rest as given."""
-    return {n: (bf16_values(a) if a.dtype == np.uint16 else a).astype(np.float64) if n in ("Q", "K", "V", "dO") else a
-            for n, a in x.items()}
-
-
 def _bwd_grads(p, x, keep=None, lse_factor=1.0, use_lse=True, use_d=True, scale_out=None, padding_rows=True):
     """dQ, dK, dV in float64 from the kernel's own inputs (its L and D); the switches reproduce bugs:
     ``keep`` a wrong mask, ``lse_factor`` L taken in another base, ``use_lse``/``use_d`` a missing term,
     ``scale_out`` a wrong factor in dQ and dK, ``padding_rows=False`` dK, dV of padding keys not zeroed."""
-    v = _bwd_values(x)
+    v = _values(x, np.float64)
     s = float(scale_of(p))
     keep = _keep(p, x) if keep is None else keep
     lse = np.asarray(v["L"], np.float64)[..., None] * lse_factor if use_lse else 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        P = np.exp(s * v["Q"] @ np.swapaxes(v["K"], -1, -2) - lse)
-    P = np.where(np.broadcast_to(keep, P.shape), P, 0.0) if keep is not None else P
-    dP = v["dO"] @ np.swapaxes(v["V"], -1, -2)
     out = s if scale_out is None else scale_out
     rows_valid = (np.arange(p.N)[None, :] < np.asarray(v["key_lengths"])[:, None])[:, None, :, None] | (not padding_rows)
     with np.errstate(over="ignore", invalid="ignore"):  # the bug models may overflow P
-        dS = P * (dP - (np.asarray(v["D"], np.float64)[..., None] if use_d else 0.0))
+        P = np.exp(s * v["Q"] @ np.swapaxes(v["K"], -1, -2) - lse)
+        P = np.where(np.broadcast_to(keep, P.shape), P, 0.0) if keep is not None else P
+        dS = P * (v["dO"] @ np.swapaxes(v["V"], -1, -2) - (np.asarray(v["D"], np.float64)[..., None] if use_d else 0.0))
         return dict(dQ=out * dS @ v["K"], dK=np.where(rows_valid, out * np.swapaxes(dS, -1, -2) @ v["Q"], 0.0),
                     dV=np.where(rows_valid, np.swapaxes(P, -1, -2) @ v["dO"], 0.0))
 
 
 def _bwd_magnitude(part):
     def size(p, x):
-        v = _bwd_values(x)
+        v = _values(x, np.float64)
         m = backward_magnitude(v, float(scale_of(p)), keep=_keep(p, x))
         return {n: m[n] for n in BWD_OUTPUTS[part]}
     return size
@@ -361,8 +353,15 @@ def _unpadded(p):
 def _bwd_mistakes(part, causal, rows):
     outputs = BWD_OUTPUTS[part]
 
+    def only(grads):
+        return {n: grads[n] for n in outputs}
+
     def wrong(**how):
-        return lambda p, x: {n: g for n, g in _bwd_grads(p, x, **how).items() if n in outputs}
+        """The model of a mistake: _bwd_grads' switches, ``keep`` given as a function of (p, x) if it needs them."""
+        def model(p, x):
+            keep = how.get("keep")
+            return only(_bwd_grads(p, x, **{**how, "keep": keep(p, x) if callable(keep) else keep}))
+        return model
 
     padding = "padding keys attended"
     padding_why = "a key at or past key_lengths[b] has P = 0 for every query" + (
@@ -378,7 +377,7 @@ def _bwd_mistakes(part, causal, rows):
         Mistake("the scale missing at the end", f"{' and '.join(n for n in outputs if n != 'dV')} = scale * (...): "
                 "the chain rule through S = scale*QK^T brings it in (not into dV).",
                 wrong(scale_out=1.0)),
-        Mistake(padding, padding_why, lambda p, x: wrong(keep=_unpadded(p), padding_rows=False)(p, x)
+        Mistake(padding, padding_why, lambda p, x: wrong(keep=lambda p, x: _unpadded(p), padding_rows=False)(p, x)
                 if (x["key_lengths"] < p.N).any() else None),
     ]
     if part == "dkdv":
@@ -399,11 +398,9 @@ def _bwd_mistakes(part, causal, rows):
         lengths = lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
         found += [
             Mistake("no causal mask", "query i does not see keys j > i: P = 0 there, in every tile that crosses "
-                    "the diagonal.", lambda p, x: {n: g for n, g in _bwd_grads(
-                        p, x, keep=lengths(p, x)).items() if n in outputs}),
+                    "the diagonal.", wrong(keep=lengths)),
             Mistake("causal mask off by one", "query i sees key i itself: keep key <= row, not key < row.",
-                    lambda p, x: {n: g for n, g in _bwd_grads(
-                        p, x, keep=(j_(p.N) < i_(p.N))[None, None] & lengths(p, x)).items() if n in outputs}),
+                    wrong(keep=lambda p, x: (j_(p.N) < i_(p.N))[None, None] & lengths(p, x))),
         ]
     return found
 
