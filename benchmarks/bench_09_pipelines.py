@@ -8,8 +8,9 @@ instructor notebooks (grader.course.solution_source): the sources the course gra
     python benchmarks/bench_09_pipelines.py specialisation --out DIR [--merge]
                                                                # warp-specialised against uniform warps (3 minutes)
     python benchmarks/bench_09_pipelines.py matmul-tune --out DIR [--merge]
-                                                               # the tuner over mma_matmul_pipe's block and warp
-                                                               # tiles, K step and stages, then the best timed
+                                                               # mma_matmul_pipe as the exercise builds it, at 2
+                                                               # and 4 stages, then the tuner over its block and
+                                                               # warp tiles, K step and stages, the best timed
 
 Writes DIR/bench_09.json (the `bench` records: `tc_flash_fwd_pipe_*`, `tc_flash_fwd_swizzle_*`,
 `tc_flash_fwd_tuned_*`, kernel names without the dtype, which is a field) and
@@ -70,21 +71,28 @@ def matmul_stages(stages):
     return ex_id
 
 
-def gpu_main(out: Path, repeats: int = 3):
-    sources = {k: solution_source(f"{k}_d64") for k in m09.KERNELS}
-    bench_records, sweep_rows = [], []
+def matmul_main(repeats: int = 3) -> tuple[dict, list]:
+    """The exercise's own build of mma_matmul_pipe against cuBLAS (its `bench` record), then the same
+    kernel at 2 and 4 stages (rows of autotune_tc_flash.json)."""
     gemm = solution_source("mma_matmul_pipe")
     report = grader.bench("mma_matmul_pipe", gemm, repeats=repeats)
     if not report.check_passed:
         raise SystemExit(f"mma_matmul_pipe: {report.check_message}")
     print(report.table(), flush=True)
-    bench_records.append(report.record())
+    sweep_rows = []
     for stages in (2, 4):
         r = grader.bench(matmul_stages(stages), gemm, baselines=False)
         if r.check_passed:
             sweep_rows.append(dict(kernel="mma_matmul_pipe", STAGES=stages, status="ok", ms=benchmark._sig(r.kernel.ms),
                                    tflops=benchmark._sig(r.kernel.tflops)))
             print(f"  mma_matmul_pipe STAGES={stages}: {r.kernel.ms:.4g} ms {r.kernel.tflops:.4g} TF/s", flush=True)
+    return report.record(), sweep_rows
+
+
+def gpu_main(out: Path, repeats: int = 3):
+    sources = {k: solution_source(f"{k}_d64") for k in m09.KERNELS}
+    record, sweep_rows = matmul_main(repeats)
+    bench_records = [record]
     for dtype, d, causal in CONFIGS:
         baselines = None
         for kernel in m09.KERNELS:
@@ -140,11 +148,15 @@ def gpu_main(out: Path, repeats: int = 3):
 
 
 def matmul_tune_main(out: Path, repeats: int = 3) -> None:
-    """The course's tuner on mma_matmul_pipe's registered space (grader/exercises/m09_pipelines.py):
-    every configuration checked on the exercise's visible cases, then timed at 4096^3; the best one
-    benchmarked against cuBLAS like the exercise's own build. Writes DIR/autotune_matmul.json (one
-    row per configuration) and DIR/bench_09_matmul.json (the best one's `bench` record,
-    `mma_matmul_pipe_tuned`)."""
+    """matmul_main (the exercise's build and its stage sweep), then the course's tuner on
+    mma_matmul_pipe's registered space (grader/exercises/m09_pipelines.py): every configuration
+    checked on the exercise's visible cases, then timed at 4096^3; the best one benchmarked against
+    cuBLAS like the exercise's own build. Writes DIR/autotune_matmul.json (one row per configuration),
+    DIR/matmul_stages.json (the stage sweep) and DIR/bench_09_matmul.json (the `bench` records of the
+    exercise's build and of the best one, `mma_matmul_pipe_tuned`)."""
+    record, sweep_rows = matmul_main(repeats)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "matmul_stages.json").write_text(json.dumps(sweep_rows, indent=1) + "\n")
     gemm = solution_source("mma_matmul_pipe")
     result = autotune.tune("mma_matmul_pipe", gemm, refresh=True,
                            progress=lambda done, total, row: print(f"  {done}/{total} {row.cfg} {row.status} "
@@ -162,7 +174,7 @@ def matmul_tune_main(out: Path, repeats: int = 3) -> None:
     if not report.check_passed:
         raise SystemExit(f"{tuned.id}: {report.check_message}")
     print(report.table(), flush=True)
-    (out / "bench_09_matmul.json").write_text(json.dumps([report.record() | best], indent=1) + "\n")
+    (out / "bench_09_matmul.json").write_text(json.dumps([record, report.record() | best], indent=1) + "\n")
 
 
 def registers(source, ex_id):
@@ -236,6 +248,10 @@ if __name__ == "__main__":
         if a.merge:
             benchmark.merge_records(RESULTS / "gpu_evidence.json", json.loads((a.out / "bench_09_matmul.json").read_text()))
             (RESULTS / "autotune_matmul.json").write_text((a.out / "autotune_matmul.json").read_text())
+            flash_sweep = [r for r in json.loads((RESULTS / "autotune_tc_flash.json").read_text())
+                           if r["kernel"] != "mma_matmul_pipe"]
+            stages = json.loads((a.out / "matmul_stages.json").read_text())
+            (RESULTS / "autotune_tc_flash.json").write_text(json.dumps(stages + flash_sweep, indent=1) + "\n")
     elif a.mode == "specialisation":
         specialisation_main(a.out)
         if a.merge:

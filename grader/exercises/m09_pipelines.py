@@ -43,6 +43,18 @@ def _steps_shifted(p, x):
     return dict(C=c)
 
 
+def _slices_one_ahead(p, x):
+    """C of a kernel whose mmas read the fragment set the next slice was just loaded into: the 16-deep
+    slice n is multiplied as slice n + 1, and the last one, whose next load is skipped, as slice n - 1."""
+    a, b = (np.asarray(x[n], np.float64) for n in "AB")
+    total = ceil_div(p.K, GEMM_BK) * (GEMM_BK // 16)
+
+    def product(n):  # slices past K are the zero-filled ones
+        return a[:, 16 * n:16 * n + 16] @ b[16 * n:16 * n + 16]
+
+    return dict(C=sum(product(n + 1) for n in range(total - 1)) + product(max(total - 2, 0)))
+
+
 def gemm_shared_bytes(stages=GEMM_STAGES, bm=GEMM_BM, bn=GEMM_BN, bk=GEMM_BK):
     """``stages`` pairs of an A tile (BM x BK) and a B tile (BK x BN), rows padded by 8 halves."""
     return stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
@@ -84,6 +96,9 @@ exercise(
                 "the copy issued while step s is multiplied brings step s + STAGES - 1: its K offset is "
                 f"(s + STAGES - 1) * {GEMM_BK}, the same step whose stage it fills.",
                 lambda p, x: _steps_shifted(p, x) if ceil_div(p.K, GEMM_BK) >= GEMM_STAGES else None),
+        Mistake("the mma reads the fragments of the next slice",
+                "slice kk multiplies register set kk % 2; the ldmatrix of slice kk + 1 fill the other set, (kk + 1) % 2.",
+                _slices_one_ahead),
         Mistake("B loaded without .trans",
                 "B is K x N with a row holding consecutive n, but the B fragment needs two consecutive k of one column "
                 "in a register: load it with ldmatrix_x4_trans.",
@@ -106,6 +121,14 @@ def _gemm_warp_tile(cfg):
         return f"a {wm} x {wn} warp tile is not made of 16 x 16 fragments"
     if wm * wn > 64 * 64:  # acc[WM / 16][WN / 8][4]: WM * WN / 32 floats per lane
         return f"a {wm} x {wn} warp tile needs {wm * wn // 32} accumulator registers per lane, over 128"
+    # the accumulators and two sets of fragments (4 registers per 16 rows of A and per 16 columns of B),
+    # against what an SM's 65536 registers give each thread of the block (__launch_bounds__ makes the
+    # compiler spill past that rather than refuse the launch)
+    threads = 32 * cfg["WARPS_M"] * cfg["WARPS_N"]
+    held = wm * wn // 32 + 2 * 4 * (wm // 16 + wn // 16)
+    if held > min(255, 65536 // threads):
+        return (f"a {wm} x {wn} warp tile holds {held} registers per lane in accumulators and fragments, over the "
+                f"{min(255, 65536 // threads)} each of {threads} threads can have")
     return None
 
 

@@ -672,14 +672,49 @@ def splitk_shared_bytes(d: int) -> int:
     return (SPLITK_ROWS + 2 * SPLITK_STAGES * SPLITK_TILE) * (d + 8) * 2
 
 
-def choose_fwd_splits(B: int, H: int, S_q: int, N: int, sms: int = H100_SMS, blocks_per_sm: int = 4,
-                      min_chunk: int = 2048) -> int:
-    """The host's choice of ``splits`` for splitk_fwd: choose_splits' rule over the query tiles of every head, with
-    fewer blocks per SM (a block of the forward is SPLITK_ROWS queries' work per key) and a shorter floor on the
-    chunk (it still amortises loading the Q tile and writing the tile's partial results). About 4 blocks per SM is
-    where benchmarks/bench_10_splitk.py's sweeps on the H100 level off at d = 64 (two runs cut short:
-    results/splitk_forward_partial.txt); at d = 128 they favour fewer splits."""
-    return choose_splits(B, H * splitk_tiles(S_q), N, sms=sms, blocks_per_sm=blocks_per_sm, min_chunk=min_chunk)
+# H100 SXM (compute capability 9.0) per-SM limits, from the CUDA C++ Programming Guide's table "Technical
+# Specifications per Compute Capability": 228 KB of shared memory per SM (227 KB of it for one block, opted in),
+# 1 KB of it reserved by the system for each resident block, 2048 threads and 32 blocks per SM.
+H100_SHARED_PER_SM = 228 * 1024
+H100_SHARED_RESERVED_PER_BLOCK = 1024
+H100_THREADS_PER_SM = 2048
+H100_BLOCKS_PER_SM = 32
+
+
+def splitk_resident_blocks(d: int) -> int:
+    """How many splitk_fwd blocks one H100 SM holds at once: the fewest allowed by shared memory (splitk_shared_bytes(d)
+    plus the 1 KB the system keeps per block, against 228 KB), by threads (SPLITK_THREADS against 2048) and by the
+    32-block limit. 4 at d = 64 (46 080 bytes a block), 2 at d = 128 (87 040). Registers are not counted: at
+    SPLITK_THREADS = 128 they would limit only past 128 registers a thread at d = 64 (255 at d = 128)."""
+    by_shared = H100_SHARED_PER_SM // (splitk_shared_bytes(d) + H100_SHARED_RESERVED_PER_BLOCK)
+    return max(1, min(by_shared, H100_THREADS_PER_SM // SPLITK_THREADS, H100_BLOCKS_PER_SM))
+
+
+def choose_fwd_splits(B: int, H: int, S_q: int, N: int, d: int = 64, sms: int = H100_SMS,
+                      blocks_per_sm: int | None = None, min_chunk: int = 2048) -> int:
+    """The host's choice of ``splits`` for splitk_fwd (head dimension ``d``): a power of two, doubled from 1 while the
+    grid, splitk_tiles(S_q) * B * H * splits blocks, still fits one wave of the blocks the GPU holds at once
+    (``blocks_per_sm``, default splitk_resident_blocks(d): 4 at d = 64, 2 at d = 128, times ``sms``) and each chunk
+    keeps at least ``min_chunk`` keys. An unsplit grid of more than half a wave is not split.
+
+    A forward is compute bound: an SM needs the blocks it can hold, not many waves of them, and splitting past one
+    wave only adds partial results, Q reloads and merge work. Where this comes from: the split-count sweeps of
+    benchmarks/bench_10_splitk.py on an H100 (two runs cut short, results/splitk_forward_partial.txt, then the full
+    run with this rule, results/splitk_forward.json, where its count is within 3% of the fastest at every shape). At
+    (B, H, S_q, N) = (1, 8, 1024, 32768), (1, 4, 4096, 16384), (2, 16, 512, 65536), (2, 16, 4096, 8192) the rule
+    picks 2, 1, 1, 1 splits at d = 128, where the fastest counts measured were 4 (2 within 3% of it), 1, 1, 1; and
+    4, 2, 2, 1 at d = 64, where they were 4, 2 (4 within 1%), 4 (2 within 2%), and the last shape was not reached.
+    The earlier rule, about 4 blocks per SM whatever d, picked 5, 3, 3, 1 and lost most at d = 128, where one SM
+    holds only two blocks: 3 splits at (1, 4, 4096, 16384) were 14% slower than none. Powers of two, because every
+    count of 3, 5 or 9 measured slower than the power of two below it (a power of two cuts these N into whole
+    SPLITK_TILE-key tiles; 3, 5 and 9 end all but the last chunk inside one). ``min_chunk`` (32 tiles) is reasoning,
+    not measurement: the counts chosen for the rows above leave chunks of 8192 keys or more."""
+    wave = (splitk_resident_blocks(d) if blocks_per_sm is None else blocks_per_sm) * sms
+    grid = splitk_tiles(S_q) * B * H
+    splits = 1
+    while grid * 2 * splits <= wave and ceil_div(N, 2 * splits) >= min_chunk:
+        splits *= 2
+    return splits
 
 
 def _padded(p, x=None):
