@@ -133,6 +133,17 @@ def bench_backward(torch, triton, fwd, bwd, dtype_name, dtype, d, device, source
     return rec
 
 
+def tuned_config(module) -> str | None:
+    """What the module's autotuner (a ``triton.autotune`` object among its globals) chose at its last
+    launch, as ``128x64 w8 s3`` (BLOCK_M x BLOCK_N, warps, stages); None for a module that does not tune."""
+    for obj in vars(module).values():
+        cfg = getattr(obj, "best_config", None)
+        if cfg is not None and hasattr(obj, "configs") and hasattr(cfg, "kwargs"):
+            kw = cfg.kwargs
+            return f"{kw.get('BLOCK_M', '?')}x{kw.get('BLOCK_N', '?')} w{cfg.num_warps} s{cfg.num_stages}"
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None, help="default: benchmarks/results for the course's solutions, "
@@ -159,8 +170,13 @@ def main() -> None:
             lines.append(r.first_failure.message)
     print("\n".join(lines), flush=True)
 
+    modules = {}
+
     def launcher(ex_id, name):
-        return getattr(load_module("\n" + src[ex_id], name)[0], name) if ex_id in src else None
+        if ex_id not in src:
+            return None
+        modules[name] = load_module("\n" + src[ex_id], name)[0]
+        return getattr(modules[name], name)
 
     fwd = launcher("triton_flash_forward", "flash_forward")
     fwd_causal = launcher("triton_flash_forward_causal", "flash_forward_causal")
@@ -184,6 +200,9 @@ def main() -> None:
                            ms=round(ms, 4), tflops=round(flops / ms / 1e9, 1), device=device,
                            source=a.source_dir or "notebooks/12_triton", triton=triton.__version__, torch=torch.__version__,
                            repeat_ms=[round(x, 4) for x in batches])
+                config = tuned_config(modules["flash_forward_causal" if causal else "flash_forward"])
+                if config:
+                    rec["config"] = config
                 flash, why = sdpa(torch, SDPBackend.FLASH_ATTENTION, q, k, v, causal)
                 ref = flash() if flash else None
                 if ref is not None:
@@ -220,10 +239,12 @@ def main() -> None:
     head = f"{'dtype':5} {'d':>4} {'causal':>6} {'ms':>8} {'TFLOP/s':>8} {'SDPA flash':>10} {'ratio':>6} {'cuDNN':>7} {'ratio':>6}"
     rows = []
     for kernel, title in (("triton_flash_fwd", "forward"), ("triton_flash_bwd", f"backward ({BWD_FLOPS:g}x the forward's FLOPs)")):
-        rows += [title, head] + [
+        tuned = any("config" in r for r in records if r["kernel"] == kernel)  # the autotuner's choice, last
+        rows += [title, head + ("  autotuned" if tuned else "")] + [
             f"{r['dtype']:5} {r['d']:>4} {str(r['causal']):>6} {r['ms']:>8.3f} {r['tflops']:>8.1f} "
             f"{r.get('baseline_tflops') or 0:>10.1f} {r.get('ratio') or 0:>6.2f} {r.get('cudnn_tflops', 0):>7.1f} "
-            f"{r.get('cudnn_ratio', 0):>6.2f}" for r in records if r["kernel"] == kernel]
+            f"{r.get('cudnn_ratio', 0):>6.2f}" + (f"  {r.get('config', '')}" if tuned else "")
+            for r in records if r["kernel"] == kernel]
     (out / "triton.txt").write_text(f"{device}, B={B} H={H} S={S}\n" + "\n".join(rows) + "\n")
     print("\n".join(rows))
 

@@ -431,33 +431,55 @@ VARIANTS = ROOT / "benchmarks" / "results" / "triton_variants.json"
 
 def table_variants() -> str | None:
     """Pointer arithmetic, tensor descriptors and warp specialisation, best configuration of each
-    (benchmarks/bench_12_variants.py)."""
+    (benchmarks/bench_12_variants.py). A file from before the script timed like §12 (no ``timing`` key)
+    was timed with ``triton.testing.do_bench`` and holds fp16 only; a newer one may hold several dtypes
+    and SDPA's flash backend and cuDNN timed in the same run, which get columns of their own."""
     if not VARIANTS.exists():
         print(f"skipped the variants table: {VARIANTS.relative_to(ROOT)} does not exist yet")
         return None
     d = json.loads(VARIANTS.read_text())
-    names = list(d["configs"][0]["best"])
+    names = list(dict.fromkeys(n for c in d["configs"] for n in c["best"]))
+    dtypes = list(dict.fromkeys(c.get("dtype", "fp16") for c in d["configs"]))
+    bases = [k for k in ("sdpa_flash", "cudnn") if any("tflops" in c.get("baselines", {}).get(k, {}) for c in d["configs"])]
 
     def cell(b):
         if b is None:
             return "—"
         return f"{b['tflops']:.0f} ({b['BLOCK_M']}×{b['BLOCK_N']}, {b['num_warps']} warps, {b['num_stages']} stages)"
 
-    rows = [[c["d"], "yes" if c["causal"] else "no"] + [cell(c["best"][n]) for n in names] for c in d["configs"]]
+    def base(c, k):
+        b = c.get("baselines", {}).get(k, {})
+        return f"{b['tflops']:.0f}" if "tflops" in b else "—"
+
+    head = (["dtype"] if len(dtypes) > 1 else []) + ["d", "causal"] + names \
+        + [{"sdpa_flash": "SDPA flash", "cudnn": "cuDNN"}[k] for k in bases]
+    rows = [([c.get("dtype", "fp16")] if len(dtypes) > 1 else []) + [c["d"], "yes" if c["causal"] else "no"]
+            + [cell(c["best"].get(n)) for n in names] + [base(c, k) for k in bases] for c in d["configs"]]
     failed = {n: sum(1 for c in d["configs"] for r in c["runs"] if r["variant"] == n and "error" in r) for n in names}
     tried = {n: sum(1 for c in d["configs"] for r in c["runs"] if r["variant"] == n) for n in names}
     gains = []
-    for c in d["configs"]:
-        ptr, desc = c["best"][names[0]], c["best"][names[1]]
-        if ptr and desc:
-            gains.append(f"{desc['tflops'] / ptr['tflops'] - 1:+.0%} at d = {c['d']}{' causal' if c['causal'] else ''}")
+    for n in [n for n in names if n.startswith("descriptors") and "warp_specialize" not in n]:
+        per = []
+        for c in d["configs"]:
+            ptr, other = c["best"].get("pointers"), c["best"].get(n)
+            if ptr and other and ptr["tflops"]:
+                where = (f"{c.get('dtype', 'fp16')} " if len(dtypes) > 1 else "") + f"d = {c['d']}" \
+                    + (" causal" if c["causal"] else "")
+                per.append(f"{other['tflops'] / ptr['tflops'] - 1:+.0%} at {where}")
+        if per:
+            gains.append(("Descriptors" if n == "descriptors" else f"`{n}`") + " against pointers: " + ", ".join(per) + ".")
     s0 = d["shape"]
+    if d.get("timing"):
+        timed = ("timed like §12, with CUDA events around batches of back-to-back launches (the file also holds "
+                 "each configuration's `triton.testing.do_bench` time)")
+    else:
+        timed = ("timed with `triton.testing.do_bench`, so the numbers are a little above §12's, where the launcher "
+                 "is timed in batches beside SDPA")
     return (f"Best TFLOP/s of each way of addressing the tiles over its configurations ({d['device']}, triton "
-            f"{d['triton']}, fp16, B = {s0['B']}, H = {s0['H']}, S = {s0['S']}; `{d['command']}`; timed with "
-            "`triton.testing.do_bench`, so the numbers are a little above §12's, where the launcher is timed "
-            "in batches beside SDPA):\n\n"
-            + markdown_table(["d", "causal"] + names, rows) + "\n"
-            + "Descriptors against pointers: " + ", ".join(gains) + ". Configurations that did not compile: "
+            f"{d['triton']}, {'/'.join(dtypes)}, B = {s0['B']}, H = {s0['H']}, S = {s0['S']}; `{d['command']}`; "
+            f"{timed}):\n\n"
+            + markdown_table(head, rows) + "\n"
+            + " ".join(gains) + (" " if gains else "") + "Configurations that did not compile: "
             + ", ".join(f"{n} {failed[n]} of {tried[n]}" for n in names) + ".\n")
 
 
