@@ -19,7 +19,10 @@ student's mistake:
 * float32 -> bfloat16 conversions (``x.to(tl.bfloat16)``, a float32 value stored through a bfloat16
   pointer) cut the low 16 bits off, rounding towards zero (triton 3.9), where a GPU rounds to
   nearest even: a value just below 1.0 becomes 0.99609375, an error of one whole bfloat16 step. The
-  patched conversion rounds to nearest even, as the GPU does.
+  patched conversion rounds to nearest even, as the GPU does;
+* a scalar used as an index (``range(lo, hi, BLOCK_N)`` with ``lo`` computed in the kernel) is
+  ``int()`` of a one-element array in triton 3.6, which numpy 2.4 refuses ("only 0-dimensional
+  arrays can be converted to Python scalars"): the patch squeezes it first, as triton 3.8 does.
 
 The patched dot also counts the multiply-adds it does (``DOT_WORK``), which is how a causal
 kernel is graded on skipping the key blocks above the diagonal.
@@ -159,6 +162,13 @@ def _patch_interpreter() -> None:
         return original_trunc(self, src, dst_type)
 
     builder.create_fp_trunc = create_fp_trunc
+    original_lang_tensor = getattr(interpreter, "_patch_lang_tensor", None)
+    if original_lang_tensor is not None:  # the interpreter sets tl.tensor's dunders here on every launch
+        def patch_lang_tensor(tensor, scope):
+            original_lang_tensor(tensor, scope)
+            scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).squeeze()))
+
+        interpreter._patch_lang_tensor = patch_lang_tensor
     _patch_bf16_arithmetic(interpreter, tl)
     if not hasattr(builder, "get_bf16") and hasattr(builder, "create_fp_trunc"):
         builder.get_bf16 = lambda self, value: self.create_fp_trunc(self.get_fp32(value), tl.bfloat16)

@@ -179,6 +179,26 @@ def test_bf16_arithmetic_and_reductions_use_values_in_the_patched_interpreter():
     assert torch.allclose(out, want, rtol=2 ** -7, atol=2 ** -7), (out, want)
 
 
+def test_a_one_element_block_is_an_index_in_the_patched_interpreter():
+    """range(lo, hi, STEP) with lo and hi computed in the kernel: triton 3.6's interpreter took int() of a
+    one-element array, which numpy 2.4 refuses; the patched __index__ squeezes it (as triton 3.8's does)."""
+    triton_support.require()
+    from triton.runtime import interpreter
+
+    class Scope:
+        def set_attr(self, obj, name, value):
+            setattr(obj, name, value)
+
+    class Handle:
+        data = np.array([7], np.int32)
+
+    class Tensor:
+        handle = Handle()
+
+    interpreter._patch_lang_tensor(Tensor, Scope())
+    assert list(range(Tensor(), 10)) == [7, 8, 9]
+
+
 def test_without_triton_the_check_says_what_to_install(monkeypatch):
     def missing(source, name):
         raise triton_support.TritonUnavailable(f"this exercise needs Triton and PyTorch (triton is missing): "
