@@ -129,6 +129,10 @@ void async_thread_done(Worker* w, Fiber* f) {
     // thread's last wait into bytes read now (a refill of the stage in use, or a read that strays
     // out of its own stage), or no wait at all.
     enum { kOpen, kLenient, kAfterWait, kNoWait } story;
+    // Commits since the last wait, and the same wait issued now would retire this copy: the access
+    // comes before the wait meant for it, not after one that is too lenient.
+    const uint64_t committed_at_wait = a->retired + uint64_t(a->wait_keep);
+    const bool before_its_wait = a->committed > committed_at_wait && a->committed - uint64_t(a->wait_keep) > c->group;
     if (c->group == a->committed) {
         story = kOpen;
         snprintf(why, sizeof why, "its group is still open (no cp_async_commit() after it), and a wait retires only committed groups");
@@ -158,6 +162,11 @@ void async_thread_done(Worker* w, Fiber* f) {
                  "goes to stage (j + STAGES - 1) %% STAGES, the one tile j - 1 used, and every stage index uses the same "
                  "STAGES); or this %s's address strays out of the tile it means (a row stride, stage offset or swizzle "
                  "that leaves its buffer). If the %s really needs this copy, wait for it first", what, what);
+    else if (own && story == kLenient && before_its_wait)
+        snprintf(fix, sizeof fix, "this thread has committed %llu group(s) since that wait, and the same wait issued now would "
+                 "retire this copy: the %s comes before the wait meant to cover it. Move it below that wait and the "
+                 "__syncthreads() after it (a stage is readable only once both have run)",
+                 (unsigned long long)(a->committed - committed_at_wait), what);
     else if (own && story == kLenient)
         snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
                  "issuer also need a __syncthreads() after that wait. A pipeline that waits with cp_async_wait<STAGES - 2> "
