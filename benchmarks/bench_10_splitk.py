@@ -38,13 +38,11 @@ import decode  # noqa: E402
 from grader import benchmark  # noqa: E402
 from grader import reference as ref  # noqa: E402
 from grader.course import solution_source  # noqa: E402
-from grader.exercises.m10_decoding import (H100_SMS, MERGE_THREADS, SPLITK_ROWS, SPLITK_THREADS,  # noqa: E402
-                                           choose_fwd_splits, splitk_shared_bytes, splitk_tiles)
+from grader.exercises.m10_decoding import (H100_SMS, MERGE_THREADS, SPLITK_BENCH_SHAPES, SPLITK_ROWS,  # noqa: E402
+                                           SPLITK_THREADS, choose_fwd_splits, splitk_shared_bytes, splitk_tiles)
 
 RESULTS = ROOT / "benchmarks" / "results"
-# (B, H, S_q, N): three grids of 128 or 256 query-tile blocks, under two per SM, against long keys; then one of 2048
-# blocks (about 16 per SM) with shorter keys, where the unsplit grid already fills the GPU.
-SHAPES = [(1, 8, 1024, 32768), (1, 4, 4096, 16384), (2, 16, 512, 65536), (2, 16, 4096, 8192)]
+SHAPES = SPLITK_BENCH_SHAPES
 SWEEP_SPLITS = (1, 2, 4, 8)  # 16 and 32 were never the fastest in the partial runs
 MIN_SWEEP_CHUNK = 512  # keys per split at the least in the sweep: shorter chunks only add partial results
 EXERCISES = [f"splitk_fwd_d{d}" for d in (64, 128)]

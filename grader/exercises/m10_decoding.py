@@ -690,6 +690,12 @@ def splitk_resident_blocks(d: int) -> int:
     return max(1, min(by_shared, H100_THREADS_PER_SM // SPLITK_THREADS, H100_BLOCKS_PER_SM))
 
 
+# (B, H, S_q, N) where benchmarks/bench_10_splitk.py times the split-K forward: three grids of 128 or 256 query-tile
+# blocks, under two per SM, against long keys; then one of 2048 blocks (about 16 per SM) with shorter keys, where
+# the unsplit grid already fills the GPU. Module 10's reading tabulates choose_fwd_splits at them.
+SPLITK_BENCH_SHAPES = [(1, 8, 1024, 32768), (1, 4, 4096, 16384), (2, 16, 512, 65536), (2, 16, 4096, 8192)]
+
+
 def choose_fwd_splits(B: int, H: int, S_q: int, N: int, d: int = 64, sms: int = H100_SMS,
                       blocks_per_sm: int | None = None, min_chunk: int = 2048) -> int:
     """The host's choice of ``splits`` for splitk_fwd (head dimension ``d``): a power of two, doubled from 1 while the

@@ -313,9 +313,6 @@ def fig_sweep(d: dict) -> None:
 
 # --------------------------------------------------------------------------- 5. the split-K forward
 
-SPLITK_SHAPES = [(1, 8, 1024, 32768), (1, 4, 4096, 16384), (2, 16, 512, 65536), (2, 16, 4096, 8192)]  # the bench's
-
-
 def table_splitk_rule() -> str:
     """choose_fwd_splits' arithmetic (no measurement): the blocks an SM holds at each d, one wave of them on the
     GPU, and the count the rule picks at the benchmark's shapes."""
@@ -327,7 +324,7 @@ def table_splitk_rule() -> str:
         rows.append([dim, f"{nbytes:,} bytes", f"{held} ({by_shared}, {m10.H100_THREADS_PER_SM // m10.SPLITK_THREADS})",
                      held * m10.H100_SMS])
     picks = []
-    for B, H, S_q, N in SPLITK_SHAPES:
+    for B, H, S_q, N in m10.SPLITK_BENCH_SHAPES:
         grid = m10.splitk_tiles(S_q) * B * H
         row = [B, H, S_q, N, grid]
         for dim in (64, 128):
