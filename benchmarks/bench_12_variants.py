@@ -39,14 +39,11 @@ or launch is recorded with its error). Module 12's reading (section 9) shows its
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.util
 import itertools
 import json
 import math
 import os
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -162,28 +159,19 @@ def flash_forward_causal(q, k, v, o, lse, scale):
 '''
 
 
-def load_source(name: str, text: str):
-    """Import ``text`` as a module from a file named after its hash (Triton reads kernel source through
-    ``inspect``; the same text gives the same kernels, and the same cache keys, in every process)."""
-    path = Path(tempfile.gettempdir()) / f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}.py"
-    if not path.exists() or path.read_text() != text:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def solution_module():
+    """The notebook's forward solution as a module, loaded as the checks load a cell (grader.triton_support:
+    a file named after the source's hash, so every process compiles the same kernels under the same keys)."""
     from grader.course import solution_source
+    from grader.triton_support import load_module
 
-    return load_source("flash_forward_solution", solution_source("triton_flash_forward"))
+    return load_module(solution_source("triton_flash_forward"), "flash_forward")[0]
 
 
 def two_stage_module():
-    return load_source("flash_forward_descriptors", TWO_STAGE_SOURCE)
+    from grader.triton_support import load_module
+
+    return load_module(TWO_STAGE_SOURCE, "flash_forward")[0]
 
 
 def descriptor_kernel():

@@ -686,8 +686,13 @@ def splitk_resident_blocks(d: int) -> int:
     plus the 1 KB the system keeps per block, against 228 KB), by threads (SPLITK_THREADS against 2048) and by the
     32-block limit. 4 at d = 64 (46 080 bytes a block), 2 at d = 128 (87 040). Registers are not counted: at
     SPLITK_THREADS = 128 they would limit only past 128 registers a thread at d = 64 (255 at d = 128)."""
-    by_shared = H100_SHARED_PER_SM // (splitk_shared_bytes(d) + H100_SHARED_RESERVED_PER_BLOCK)
-    return max(1, min(by_shared, H100_THREADS_PER_SM // SPLITK_THREADS, H100_BLOCKS_PER_SM))
+    return max(1, min(splitk_block_limits(d).values()))
+
+
+def splitk_block_limits(d: int) -> dict:
+    """The splitk_fwd blocks one H100 SM could hold by each resource alone (splitk_resident_blocks takes the least)."""
+    return {"shared memory": H100_SHARED_PER_SM // (splitk_shared_bytes(d) + H100_SHARED_RESERVED_PER_BLOCK),
+            "threads": H100_THREADS_PER_SM // SPLITK_THREADS, "blocks": H100_BLOCKS_PER_SM}
 
 
 # (B, H, S_q, N) where benchmarks/bench_10_splitk.py times the split-K forward: three grids of 128 or 256 query-tile

@@ -319,10 +319,9 @@ def table_splitk_rule() -> str:
     head = ["d", "shared memory a block", "blocks an SM holds (by shared memory, by threads)", "one wave, blocks"]
     rows = []
     for dim in (64, 128):
-        nbytes, held = m10.splitk_shared_bytes(dim), m10.splitk_resident_blocks(dim)
-        by_shared = m10.H100_SHARED_PER_SM // (nbytes + m10.H100_SHARED_RESERVED_PER_BLOCK)
-        rows.append([dim, f"{nbytes:,} bytes", f"{held} ({by_shared}, {m10.H100_THREADS_PER_SM // m10.SPLITK_THREADS})",
-                     held * m10.H100_SMS])
+        held, limits = m10.splitk_resident_blocks(dim), m10.splitk_block_limits(dim)
+        rows.append([dim, f"{m10.splitk_shared_bytes(dim):,} bytes",
+                     f"{held} ({limits['shared memory']}, {limits['threads']})", held * m10.H100_SMS])
     picks = []
     for B, H, S_q, N in m10.SPLITK_BENCH_SHAPES:
         grid = m10.splitk_tiles(S_q) * B * H
