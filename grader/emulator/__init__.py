@@ -79,7 +79,7 @@ from ..errors import (
 from ..signature import Signature
 from ..source import format_compile_log, student_code, translation_unit
 from . import _toolchain, _worker
-from ._build import Library, build
+from ._build import CompilerFault, Library, build
 from ._toolchain import available, fiber_backend
 from .profile import Profile, build_profile
 
@@ -122,6 +122,8 @@ def compile_kernel(source: str, name: str, signature: Signature, options: tuple[
     """Compile ``source`` (a translation unit, see ``translation_unit``) for the CPU."""
     try:
         lib = build(source, options)
+    except CompilerFault as e:
+        raise CompileError(f"{name}: {e}") from None
     except CompileError as e:
         diagnostics = str(e)
         message = format_compile_log(diagnostics, student_code(source), name, "g++")

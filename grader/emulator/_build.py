@@ -261,6 +261,20 @@ def _pch(compiler: str, flags: list[str]) -> list[str]:
     return ["-include", str(header)]
 
 
+class CompilerFault(CompileError):
+    """The compiler or the machine failed; the source may be fine."""
+
+
+_COMPILER_FAULTS = ("internal compiler error", "No space left on device", "Cannot allocate memory",
+                    "virtual memory exhausted", "out of memory", "Killed signal terminated program")
+
+
+def _compiler_fault(done: subprocess.CompletedProcess) -> bool:
+    """A failure of the compiler or the machine (a signal, no memory, a full disk), not of the source:
+    such a result must not be cached as the source's compile error."""
+    return done.returncode < 0 or any(text in done.stderr for text in _COMPILER_FAULTS)
+
+
 def build(source: str, options=(), *, flavor: str = "gcc") -> Library:
     """Compile ``source`` (all its kernels) into a shared library, or fetch it from the cache.
 
@@ -302,6 +316,11 @@ def build(source: str, options=(), *, flavor: str = "gcc") -> Library:
     for cmd in steps:
         done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if done.returncode != 0:
+            if _compiler_fault(done):
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise CompilerFault(f"the C++ compiler itself failed (exit {done.returncode}), not on a line of your "
+                                   f"code; nothing was cached, so running the cell again retries:\n"
+                                   f"{done.stderr.strip()[-2000:]}")
             message = student_diagnostics(done.stderr)
             (tmp / "error.txt").write_text(message)
             for f in ("lib.so", "tu.o"):

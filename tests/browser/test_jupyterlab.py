@@ -95,7 +95,14 @@ def test_student_runs_module_00_from_a_fresh_setup(jupyter, page, tmp_path):
     page.keyboard.press("ControlOrMeta+a")
     page.keyboard.insert_text(kernel)
     expect(editor).to_have_text(kernel, use_inner_text=True)
+    # Wait for each run to finish: a check queued behind a kernel cell that fails is aborted by
+    # ipykernel and leaves an empty output, so the kernel cell's own result must be seen first.
+    prompt = code_cell(page, KERNEL_CELL).locator(".jp-InputPrompt")
+    before = prompt.inner_text()
     page.keyboard.press("ControlOrMeta+Enter")  # run the cell, stay on it
+    expect(prompt).not_to_have_text(before, timeout=SLOW)
+    expect(prompt).to_have_text(re.compile(r"\[\d+\]"), timeout=SLOW)
+    expect(code_cell(page, KERNEL_CELL).locator(".jp-OutputArea")).not_to_contain_text("Error")
     code_cell(page, CHECK_CELL).locator(".cm-content").click()
     page.keyboard.press("ControlOrMeta+Enter")
     expect(check_out).to_contain_text("vector_add: 5/5 cases passed", timeout=SLOW)

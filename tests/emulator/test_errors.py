@@ -1,6 +1,8 @@
 """Buggy kernels: the right exception, a message with the facts, and a healthy emulator after."""
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 import pytest
 
@@ -18,6 +20,13 @@ from grader.errors import (
 )
 
 N = 1000
+# A source no other test compiles, with a per-run token, so the emulator's disk cache never holds it.
+VECTOR_ADD_FRESH = f"""// {uuid.uuid4()}
+extern "C" __global__ void add_fresh(float* x, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}}
+"""
 
 
 def fails(exc_type, kern, grid, block, args, shared_mem=0, **kw):
@@ -361,3 +370,24 @@ def test_compile_error_inside_a_runtime_template_keeps_its_text():
         kernel(code, "wide")
     msg = str(info.value)
     assert "line 5" in msg and "warp shuffles move at most 8 bytes" in msg
+
+
+def test_a_killed_compiler_is_reported_and_not_cached(monkeypatch):
+    from grader.emulator import _build
+    code = VECTOR_ADD_FRESH
+    real_run, calls = _build.subprocess.run, []
+
+    def killed_once(cmd, **kw):
+        calls.append(cmd)
+        if len(calls) == 1:
+            return _build.subprocess.CompletedProcess(cmd, -9, "", "g++: fatal error: Killed signal terminated program cc1plus")
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(_build.subprocess, "run", killed_once)
+    with pytest.raises(CompileError) as info:
+        kernel(code, "add_fresh")
+    msg = str(info.value)
+    assert msg.startswith("add_fresh: the C++ compiler itself failed (exit -9), not on a line of your code")
+    assert "Killed signal" in msg
+    assert kernel(code, "add_fresh").name == "add_fresh"  # the retry compiles: nothing was cached
+    assert_healthy()
