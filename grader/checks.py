@@ -182,10 +182,17 @@ EMULATOR_NAN = ("  On the emulator shared memory also starts as NaN, so reading 
                 "(edges of a partial tile not zero-filled) shows up here.")
 
 
+SOFTMAX_NAN = ("e.g. exp(m_old - m_new) when both maxima are -INFINITY (no key seen yet, or all masked: subtract 0 "
+               "instead), or l = 0 for a row with no keys.")
+PRODUCT_NAN = ("the inputs here are finite, so an operand was not an input element: a value read from a tile "
+               "position no thread stored, or a fragment register used before anything was loaded into it.")
+
+
 def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.ndarray, backend: str = "cpu",
-            magnitude=None, nan_source: str | None = None) -> str | None:
+            magnitude=None, nan_source: str | None = None, nan_causes: str | None = None) -> str | None:
     """None when ``got`` matches ``want``; otherwise a description of how it differs. ``nan_source``: where
-    else NaN can come from (default: the emulator's NaN-filled shared memory, on the CPU backend)."""
+    else NaN can come from (default: the emulator's NaN-filled shared memory, on the CPU backend);
+    ``nan_causes``: the usual computed causes in this kind of kernel (default: a softmax's)."""
     rtol, atol = tol
     gotf = got.astype(np.float64)
     ok = _within(gotf, want, rtol, atol, magnitude)
@@ -214,8 +221,8 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.nda
     computed_nan = np.isnan(gotf) & ~unwritten & ~np.isnan(want)
     if computed_nan.any():
         lines.append(f"  {int(computed_nan.sum())} element(s) are NaN computed by the kernel, the first at {_fmt_index(name, np.argwhere(computed_nan)[0])}.")
-        lines.append("  NaN comes from inf - inf, 0 * inf or 0 / 0: e.g. exp(m_old - m_new) when both maxima are "
-                     "-INFINITY (no key seen yet, or all masked: subtract 0 instead), or l = 0 for a row with no keys.")
+        causes = SOFTMAX_NAN if nan_causes is None else nan_causes
+        lines.append("  NaN comes from inf - inf, 0 * inf or 0 / 0" + (f": {causes}" if causes else "."))
         if nan_source or backend == "cpu":
             lines.append(nan_source or EMULATOR_NAN)
     infs = np.isinf(gotf) & np.isfinite(want)
@@ -488,7 +495,8 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
         want = np.asarray(expected[name], dtype=np.float64)
         dtype = _dtype_name(ex, name, p)
         unwritten = never[name]
-        diff = compare(name, got[name], want, _tolerance(ex, name, dtype, be), unwritten, be, mags.get(name))
+        diff = compare(name, got[name], want, _tolerance(ex, name, dtype, be), unwritten, be, mags.get(name),
+                       nan_causes=ex.nan_causes)
         if diff:  # the first wrong output explains the rest
             named, unfit = _mistake_fits(ex, p, inputs, got, expected, be, mags)
             generic = None if named else _generic_diagnosis(name, got[name], want, unwritten, c.params)

@@ -91,6 +91,9 @@ class Exercise:
     # head dimension (kept within 2..127, its divisibility by 8 kept). Parameters not named here are
     # never redrawn: counts, compile-time sizes (-DHEAD_DIM), sizes the contract ties to others.
     hidden_sizes: dict = field(default_factory=dict)
+    # where a NaN the kernel computed usually comes from in this kind of kernel, after the general
+    # "inf - inf, 0 * inf or 0 / 0"; None: the softmax's causes (attention and softmax kernels)
+    nan_causes: str | None = None
 
     def visible_cases(self):
         return [c for c in self.cases if not c.hidden]

@@ -390,7 +390,7 @@ class EmulatedKernel:
         if line is None and o.pc and o.kind != _worker.ASSERT:
             line = _source_line(lib.path, o.pc - o.lib_base)
         who = _who(o)
-        at = self._at(line, lib)
+        at = self._at(line, lib, _calling_lines(o, lib, line))
         printed = ""
         if o.printed.strip():
             tail = o.printed[-2000:]
@@ -536,12 +536,14 @@ class EmulatedKernel:
             return f"shared memory (extern __shared__, flat element {off // elem} of {elem}-byte elements)"
         return "global memory outside the array arguments"
 
-    def _at(self, line: int | None, lib: Library) -> str:
+    def _at(self, line: int | None, lib: Library, calls: tuple[int, ...] = ()) -> str:
         if line is None:
             return ""
-        if 1 <= line <= len(lib.source_lines):
-            return f" (line {line}: `{lib.source_lines[line - 1].strip()}`)"
-        return f" (line {line})"
+
+        def quoted(n: int) -> str:
+            return f"line {n}: `{lib.source_lines[n - 1].strip()}`" if 1 <= n <= len(lib.source_lines) else f"line {n}"
+
+        return " (" + ", ".join([quoted(line), *(f"called from {quoted(n)}" for n in calls)]) + ")"
 
     def _describe_access(self, o: _worker.Outcome, args, slots) -> str:
         verb = "wrote" if o.is_write else "read"
@@ -608,19 +610,41 @@ def _shared_symbol(lib_path, offset: int) -> tuple[str | None, int]:
     return None, 0
 
 
-def _source_line(lib_path, offset: int) -> int | None:
-    """The student's line for a code address in the library (innermost frame in kernel.cu)."""
+def _source_lines(lib_path, offset: int) -> list[int]:
+    """The student's lines for a code address in the library: the innermost frame in kernel.cu first,
+    then the lines that called it, where the compiler inlined the call (a lambda, a device function)."""
     if offset <= 0:
-        return None
+        return []
     try:
         out = subprocess.run(["addr2line", "-e", str(lib_path), "-i", f"{offset:#x}"],
                              capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
-        return None
+        return []
+    lines = []
     for row in out.splitlines():
         path, _, rest = row.rpartition(":")
         if os.path.basename(path) == "kernel.cu":
             digits = rest.split()[0] if rest.split() else ""
-            if digits.isdigit():
-                return int(digits)
-    return None
+            if digits.isdigit() and int(digits) not in lines:
+                lines.append(int(digits))
+    return lines
+
+
+def _calling_lines(o: _worker.Outcome, lib: Library, line: int | None) -> tuple[int, ...]:
+    """The student's lines that called the function holding ``line`` (a lambda, a device function
+    the compiler kept out of line), outermost last, from the return addresses of a usage error."""
+    if line is None or not o.callers:
+        return ()
+    size = os.path.getsize(lib.path)
+    calls: list[int] = []
+    for address in o.callers:
+        offset = address - 1 - o.lib_base  # a return address is just past its call
+        if 0 < offset < size:
+            calls += [n for n in _source_lines(lib.path, offset) if n != line and n not in calls]
+    return tuple(calls)
+
+
+def _source_line(lib_path, offset: int) -> int | None:
+    """The student's line for a code address in the library (innermost frame in kernel.cu)."""
+    lines = _source_lines(lib_path, offset)
+    return lines[0] if lines else None

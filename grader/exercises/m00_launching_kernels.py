@@ -13,6 +13,7 @@ exercise(
     id="vector_add",
     hidden_sizes={"n": 256},
     module=MODULE,
+    nan_causes="",
     kernel="vector_add",
     signature="vector_add(const float* a, const float* b, float* c, int n)",
     launch_shape="grid = ceil_div(n, 256) blocks, block = 256 threads; thread i handles c[i]",
@@ -47,6 +48,7 @@ exercise(
     id="row_scale",
     hidden_sizes={"rows": 16, "cols": 16},
     module=MODULE,
+    nan_causes="",
     kernel="row_scale",
     signature="row_scale(const float* x, const float* s, float* y, int rows, int cols)",
     launch_shape="block = (16, 16), grid = (ceil_div(cols, 16), ceil_div(rows, 16)); "

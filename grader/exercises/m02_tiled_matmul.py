@@ -2,6 +2,7 @@
 import numpy as np
 
 from .. import reference as ref
+from ..checks import PRODUCT_NAN
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 
@@ -64,6 +65,7 @@ def _matmul(kernel, launch_shape, race_check, cases, tiled_mistakes=()):
         id=kernel,
         hidden_sizes={"M": 16, "N": 16, "K": 16},
         module=MODULE,
+        nan_causes=PRODUCT_NAN,
         kernel=kernel,
         signature=f"{kernel}(const float* A, const float* B, float* C, int M, int N, int K)",
         launch_shape=launch_shape,
@@ -113,6 +115,7 @@ exercise(
     id="qk_scores_tiled",
     hidden_sizes={"N": 16, "d": 8},
     module=MODULE,
+    nan_causes=PRODUCT_NAN,
     kernel="qk_scores_tiled",
     signature="qk_scores_tiled(const float* Q, const float* K, float* S, int N, int d, float scale)",
     launch_shape="block = (16, 16), grid = (ceil_div(N, 16), ceil_div(N, 16)); tiles of Q and K in shared memory, "

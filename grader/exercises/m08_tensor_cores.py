@@ -10,7 +10,7 @@ import numpy as np
 from .. import benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
-from ..checks import Mistake, case, exercise, hidden
+from ..checks import PRODUCT_NAN, Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, tile_skipping_io
 
@@ -132,6 +132,7 @@ exercise(
     id="wmma_matmul",
     hidden_sizes={"M": 16, "N": 16, "K": 16},
     module=MODULE,
+    nan_causes=PRODUCT_NAN,
     kernel="wmma_matmul",
     signature=MATMUL_SIGNATURE.format("wmma_matmul"),
     launch_shape="grid = (ceil_div(N, 32), ceil_div(M, 32)), block = 128 (4 warps): warp w computes the 16 x 16 tile "
@@ -176,6 +177,7 @@ exercise(
     id="mma_matmul",
     hidden_sizes={"M": 64, "N": 64, "K": 32},
     module=MODULE,
+    nan_causes=PRODUCT_NAN,
     kernel="mma_matmul",
     signature=MATMUL_SIGNATURE.format("mma_matmul"),
     launch_shape=f"grid = (ceil_div(N, {TILE}), ceil_div(M, {TILE})), block = 128 (4 warps): the block stages a "
@@ -230,6 +232,7 @@ exercise(
     id="qk_scores_mma",
     hidden_sizes={"N": 64},
     module=MODULE,
+    nan_causes=PRODUCT_NAN,
     kernel="qk_scores_mma",
     signature="qk_scores_mma(const __half* Q, const __half* K, float* S, int N, float scale)",
     launch_shape=f"grid = ceil_div(N, {TILE}), block = 128 (4 warps): block x owns query rows {TILE}x..{TILE}x+{TILE - 1}, "

@@ -11,6 +11,7 @@ import numpy as np
 from .. import autotune, benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
+from ..checks import PRODUCT_NAN
 from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, tile_skipping_io
@@ -29,25 +30,29 @@ STAGES = 2  # K/V buffers in the exercise rows: tile j computed while tile j + 1
 
 GEMM_BM, GEMM_BN, GEMM_BK, GEMM_STAGES = 128, 128, 32, 3
 GEMM_WARPS = (2, 2)  # along M and N: each warp owns a 64 x 64 tile of C
+# The second graded build: every loop bound and stage index must come from the macros (a kernel with
+# 4, 8 or 2 written in passes the default build and fails the tuner's): 4 x 2 warps of 32 x 64, K steps
+# of 64 (four slices each), two stages (cp_async_wait<0>).
+GEMM_OTHER = dict(WARPS_M=4, WARPS_N=2, BK=64, STAGES=2)
 
 
-def _steps_shifted(p, x):
+def _steps_shifted(p, x, bk=GEMM_BK, stages=GEMM_STAGES):
     """C of a pipeline that copies step s's K slice (not step s + STAGES - 1's) into the stage it
     refills: the prologue's steps are right, every later step multiplies the slice STAGES - 1 before it."""
     a, b = (np.asarray(x[n], np.float64) for n in "AB")
-    steps = ceil_div(p.K, GEMM_BK)
+    steps = ceil_div(p.K, bk)
     c = np.zeros((p.M, p.N))
     for t in range(steps):
-        k0 = (t if t < GEMM_STAGES - 1 else t - (GEMM_STAGES - 1)) * GEMM_BK
-        c += a[:, k0:k0 + GEMM_BK] @ b[k0:k0 + GEMM_BK]
+        k0 = (t if t < stages - 1 else t - (stages - 1)) * bk
+        c += a[:, k0:k0 + bk] @ b[k0:k0 + bk]
     return dict(C=c)
 
 
-def _slices_one_ahead(p, x):
+def _slices_one_ahead(p, x, bk=GEMM_BK):
     """C of a kernel whose mmas read the fragment set the next slice was just loaded into: the 16-deep
     slice n is multiplied as slice n + 1, and the last one, whose next load is skipped, as slice n - 1."""
     a, b = (np.asarray(x[n], np.float64) for n in "AB")
-    total = ceil_div(p.K, GEMM_BK) * (GEMM_BK // 16)
+    total = ceil_div(p.K, bk) * (bk // 16)
 
     def product(n):  # slices past K are the zero-filled ones
         return a[:, 16 * n:16 * n + 16] @ b[16 * n:16 * n + 16]
@@ -60,25 +65,68 @@ def gemm_shared_bytes(stages=GEMM_STAGES, bm=GEMM_BM, bn=GEMM_BN, bk=GEMM_BK):
     return stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
 
 
-exercise(
-    id="mma_matmul_pipe",
-    hidden_sizes={"M": 128, "N": 8, "K": 8},
-    module=MODULE,
-    kernel="mma_matmul_pipe",
-    signature=MATMUL_SIGNATURE.format("mma_matmul_pipe"),
-    launch_shape=f"grid = (ceil_div(N, {GEMM_BN}), ceil_div(M, {GEMM_BM})), block = 128 (4 warps in 2 rows of 2, each "
-    f"owning a 64 x 64 tile of the block's {GEMM_BM} x {GEMM_BN} tile of C), dynamic shared memory = STAGES * "
-    f"({GEMM_BM} * ({GEMM_BK} + 8) + {GEMM_BK} * ({GEMM_BN} + 8)) * 2 bytes with STAGES = {GEMM_STAGES}: A and B tiles "
-    f"of K steps of {GEMM_BK} copied with cp.async, STAGES - 1 steps in flight; any M, and N, K multiples of 8 "
-    "(rows of 16-byte chunks)",
-    make_inputs=_ab,
-    outputs=dict(C=lambda p: ((p.M, p.N), F32)),
-    reference=_matmul_ref,
-    magnitude=matmul_magnitude,
-    args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
-    grid=lambda p: (ceil_div(p.N, GEMM_BN), ceil_div(p.M, GEMM_BM)),
-    block=lambda p: 32 * GEMM_WARPS[0] * GEMM_WARPS[1],
-    shared_mem=lambda p: gemm_shared_bytes(),
+def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_WARPS[1], bk=GEMM_BK,
+                   stages=GEMM_STAGES):
+    """The matmul's row for one build (the defaults: the kernel's own macro values)."""
+    options = tuple(f"-D{k}={v}" for k, v, default in (("WARPS_M", warps_m, GEMM_WARPS[0]),
+                    ("WARPS_N", warps_n, GEMM_WARPS[1]), ("BK", bk, GEMM_BK), ("STAGES", stages, GEMM_STAGES))
+                    if v != default)
+    wm, wn, threads = GEMM_BM // warps_m, GEMM_BN // warps_n, 32 * warps_m * warps_n
+    return exercise(
+        id=ex_id,
+        hidden_sizes={"M": GEMM_BM, "N": 8, "K": 8},
+        module=MODULE,
+        nan_causes=PRODUCT_NAN,
+        kernel="mma_matmul_pipe",
+        signature=MATMUL_SIGNATURE.format("mma_matmul_pipe"),
+        launch_shape=(f"compiled with {' '.join(options)}; " if options else "") +
+        f"grid = (ceil_div(N, {GEMM_BN}), ceil_div(M, {GEMM_BM})), block = {threads} ({warps_m * warps_n} warps in "
+        f"{warps_m} rows of {warps_n}, each owning a {wm} x {wn} tile of the block's {GEMM_BM} x {GEMM_BN} tile of C), "
+        f"dynamic shared memory = STAGES * ({GEMM_BM} * (BK + 8) + BK * ({GEMM_BN} + 8)) * 2 bytes with STAGES = "
+        f"{stages}, BK = {bk}: A and B tiles of K steps of BK copied with cp.async, STAGES - 1 steps in flight; any M, "
+        "and N, K multiples of 8 (rows of 16-byte chunks)",
+        make_inputs=_ab,
+        outputs=dict(C=lambda p: ((p.M, p.N), F32)),
+        reference=_matmul_ref,
+        magnitude=matmul_magnitude,
+        args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+        grid=lambda p: (ceil_div(p.N, GEMM_BN), ceil_div(p.M, GEMM_BM)),
+        block=lambda p: threads,
+        shared_mem=lambda p: gemm_shared_bytes(stages, bk=bk),
+        options=options,
+        cases=cases,
+        race_check=True,
+        race_case=race_case,
+        mistakes=[
+            *_k_step_mistakes(bk),
+            Mistake("a refill copies the current step's K slice",
+                    "the copy issued while step s is multiplied brings step s + STAGES - 1: its K offset is "
+                    "(s + STAGES - 1) * BK, the same step whose stage it fills.",
+                    lambda p, x: _steps_shifted(p, x, bk, stages) if ceil_div(p.K, bk) >= stages else None),
+            Mistake("the mma reads the fragments of the next slice",
+                    "slice kk multiplies register set kk % 2; the ldmatrix of slice kk + 1 fill the other set, (kk + 1) % 2.",
+                    lambda p, x: _slices_one_ahead(p, x, bk)),
+            Mistake("B loaded without .trans",
+                    "B is K x N with a row holding consecutive n, but the B fragment needs two consecutive k of one column "
+                    "in a register: load it with ldmatrix_x4_trans.",
+                    lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(np.asarray(x["B"], np.float64))))),
+            *([Mistake(f"the slice loop stops after {GEMM_BK // 16} slices, the default build's count",
+                       f"with -DBK={bk} a K step holds BK / 16 = {bk // 16} slices: every loop bound, fragment count and "
+                       "stage index must come from the macros (BK / 16, WM / 16, WN / 8, STAGES), never from the "
+                       "numbers of the default build.",
+                       lambda p, x: dict(C=ref.matmul(x["A"][:, np.arange(p.K) % bk < GEMM_BK],
+                                                      x["B"][np.arange(p.K) % bk < GEMM_BK])))]
+              if bk > GEMM_BK else []),
+            Mistake("accumulator in half precision", "accumulate in float registers and convert only the result.",
+                    _half_accumulation),
+            Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(_matmul_ref(p, x)["C"]))),
+            Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(_matmul_ref(p, x)["C"]))),
+        ],
+    )
+
+
+_gemm_exercise(
+    "mma_matmul_pipe",
     cases=[  # the race check runs on the first case: five K steps, so every stage is refilled
         case("five_k_steps", M=128, N=128, K=160, seed=1),
         case("smallest", M=1, N=8, K=8, seed=2),
@@ -88,27 +136,17 @@ exercise(
         hidden("sizes_257_72_328", M=257, N=72, K=328),
         hidden("single_row", M=1, N=256, K=96),
     ],
-    race_check=True,
-    race_case="five_k_steps",
-    mistakes=[
-        *_k_step_mistakes(GEMM_BK),
-        Mistake("a refill copies the current step's K slice",
-                "the copy issued while step s is multiplied brings step s + STAGES - 1: its K offset is "
-                f"(s + STAGES - 1) * {GEMM_BK}, the same step whose stage it fills.",
-                lambda p, x: _steps_shifted(p, x) if ceil_div(p.K, GEMM_BK) >= GEMM_STAGES else None),
-        Mistake("the mma reads the fragments of the next slice",
-                "slice kk multiplies register set kk % 2; the ldmatrix of slice kk + 1 fill the other set, (kk + 1) % 2.",
-                _slices_one_ahead),
-        Mistake("B loaded without .trans",
-                "B is K x N with a row holding consecutive n, but the B fragment needs two consecutive k of one column "
-                "in a register: load it with ldmatrix_x4_trans.",
-                lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(np.asarray(x["B"], np.float64))))),
-        Mistake("accumulator in half precision", "accumulate in float registers and convert only the result.",
-                _half_accumulation),
-        Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(_matmul_ref(p, x)["C"]))),
-        Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(_matmul_ref(p, x)["C"]))),
+    race_case="five_k_steps")
+GEMM_OTHER_ID = "mma_matmul_pipe_warps4x2_bk64_stages2"
+_gemm_exercise(
+    GEMM_OTHER_ID,
+    cases=[
+        case("five_k_steps", M=128, N=128, K=320, seed=11),
+        case("ragged_edges", M=130, N=136, K=72, seed=12),
+        hidden("sizes_257_72_328", M=257, N=72, K=328),
     ],
-)
+    race_case="five_k_steps",
+    warps_m=GEMM_OTHER["WARPS_M"], warps_n=GEMM_OTHER["WARPS_N"], bk=GEMM_OTHER["BK"], stages=GEMM_OTHER["STAGES"])
 benchspec.SPECS["mma_matmul_pipe"] = benchspec.BenchSpec(
     "mma_matmul_pipe", "matmul", benchspec.MATMUL_SHAPE, lambda p: 2.0 * p.M * p.N * p.K,
     lambda p, e: e * (p.M * p.K + p.K * p.N) + 4 * p.M * p.N, baseline="cublas")

@@ -87,6 +87,10 @@ def test_student_runs_module_00_from_a_fresh_setup(jupyter, page, tmp_path):
     expect(check_out).to_contain_text("CheckFailed", timeout=SLOW)
     expect(check_out).to_contain_text("vector_add: 0/5 cases passed")
     expect(check_out).to_contain_text("were never written")
+    # The cells Run All queued after the check are aborted one by one (prompt [*] to [ ]); ipykernel
+    # stops aborting only after the last of them, so a cell run before that would be aborted too.
+    queued = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-InputPrompt", has_text="[*]")
+    expect(queued).to_have_count(0, timeout=SLOW)
 
     # Paste the solution's kernel into the %%cuda cell, run it, then run the check again.
     kernel = solution_kernel()

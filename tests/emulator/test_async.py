@@ -172,8 +172,10 @@ def test_waiting_for_all_but_the_newest_group_when_the_newest_is_needed():
     msg = str(launch_one(code, "one_group"))
     assert "read of shared memory still in flight from the cp.async on line 5" in msg
     assert "cp_async_wait<1> on line 7 retires only the groups older than the newest 1" in msg
-    assert "(the thread had committed 1 group(s) by then; this copy is in group 1, counting from 1)" in msg
+    assert "(by then the thread had committed 1 group(s), numbered from 0; this copy is in group 0)" in msg
+    assert "that wait retired nothing: no more groups had been committed than it may leave pending" in msg
     assert "needs exactly STAGES - 1 groups committed before its loop and one per iteration" in msg
+    assert "if no copy is meant to stay in flight here, wait with cp_async_wait<0>()" in msg
     assert "line 9: `out[i] = s[4 * i];`" in msg
 
 

@@ -20,13 +20,6 @@ from grader.errors import (
 )
 
 N = 1000
-# A source no other test compiles, with a per-run token, so the emulator's disk cache never holds it.
-VECTOR_ADD_FRESH = f"""// {uuid.uuid4()}
-extern "C" __global__ void add_fresh(float* x, int n) {{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += 1.0f;
-}}
-"""
 
 
 def fails(exc_type, kern, grid, block, args, shared_mem=0, **kw):
@@ -374,7 +367,13 @@ def test_compile_error_inside_a_runtime_template_keeps_its_text():
 
 def test_a_killed_compiler_is_reported_and_not_cached(monkeypatch):
     from grader.emulator import _build
-    code = VECTOR_ADD_FRESH
+    # A source compiled nowhere else (a fresh token), so neither cache holds it.
+    code = f"""// {uuid.uuid4()}
+extern "C" __global__ void add_fresh(float* x, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}}
+"""
     real_run, calls = _build.subprocess.run, []
 
     def killed_once(cmd, **kw):

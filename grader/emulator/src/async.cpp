@@ -36,6 +36,7 @@ struct AsyncCopies {
     uint32_t waits = 0;
     int wait_line = 0, wait_keep = 0;  // the last wait: its line and N
     uint64_t retired = 0;  // the groups below this have landed (at the last wait)
+    uint64_t committed_at_wait = 0;  // the groups committed when the last wait ran
 };
 
 // Per OS thread, which runs one block at a time.
@@ -113,6 +114,7 @@ void async_thread_done(Worker* w, Fiber* f) {
     a->waits = 0;
     a->wait_line = a->wait_keep = 0;
     a->retired = 0;
+    a->committed_at_wait = 0;
 }
 
 // The traced build: an access to bytes that a copy has not written yet.
@@ -131,7 +133,7 @@ void async_thread_done(Worker* w, Fiber* f) {
     enum { kOpen, kLenient, kAfterWait, kNoWait } story;
     // Commits since the last wait, and the same wait issued now would retire this copy: the access
     // comes before the wait meant for it, not after one that is too lenient.
-    const uint64_t committed_at_wait = a->retired + uint64_t(a->wait_keep);
+    const uint64_t committed_at_wait = a->committed_at_wait;
     const bool before_its_wait = a->committed > committed_at_wait && a->committed - uint64_t(a->wait_keep) > c->group;
     if (c->group == a->committed) {
         story = kOpen;
@@ -139,8 +141,8 @@ void async_thread_done(Worker* w, Fiber* f) {
     } else if (a->waits > c->waits) {
         story = kLenient;
         snprintf(why, sizeof why, "cp_async_wait<%d> on line %d retires only the groups older than the newest %d, and this copy is in one of those "
-                 "(the thread had committed %llu group(s) by then; this copy is in group %llu, counting from 1)",
-                 a->wait_keep, a->wait_line, a->wait_keep, (unsigned long long)a->committed, (unsigned long long)c->group + 1);
+                 "(by then the thread had committed %llu group(s), numbered from 0; this copy is in group %llu)",
+                 a->wait_keep, a->wait_line, a->wait_keep, (unsigned long long)committed_at_wait, (unsigned long long)c->group);
     } else if (!own && me && me->async && me->async->retired > c->group) {
         // The reader has waited for its own copies of this group: it expects these bytes to have
         // landed, which only a barrier after the issuer's wait makes true.
@@ -155,7 +157,7 @@ void async_thread_done(Worker* w, Fiber* f) {
         story = kNoWait;
         snprintf(why, sizeof why, "%s has made no cp_async_wait since issuing it", own ? "this thread" : ("thread " + who).c_str());
     }
-    char fix[900];
+    char fix[1400];
     if (own && story == kAfterWait)
         snprintf(fix, sizeof fix, "if this copy brings a later tile, it went into bytes that are being read now: a refill may only "
                  "target a stage that no thread reads before the wait that retires it (with STAGES buffers, tile j + STAGES - 1 "
@@ -167,11 +169,19 @@ void async_thread_done(Worker* w, Fiber* f) {
                  "retire this copy: the %s comes before the wait meant to cover it. Move it below that wait and the "
                  "__syncthreads() after it (a stage is readable only once both have run)",
                  (unsigned long long)(a->committed - committed_at_wait), what);
+    else if (own && story == kLenient && committed_at_wait <= uint64_t(a->wait_keep))
+        snprintf(fix, sizeof fix, "that wait retired nothing: no more groups had been committed than it may leave pending. A "
+                 "pipeline that waits with cp_async_wait<STAGES - 2> needs exactly STAGES - 1 groups committed before its "
+                 "loop and one per iteration (commit an empty group when there is nothing left to copy), so that group j "
+                 "holds tile j; if no copy is meant to stay in flight here, wait with cp_async_wait<0>(). A "
+                 "__syncthreads() after the wait lets the other threads read the tile too");
     else if (own && story == kLenient)
-        snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
-                 "issuer also need a __syncthreads() after that wait. A pipeline that waits with cp_async_wait<STAGES - 2> "
-                 "needs exactly STAGES - 1 groups committed before its loop and one per iteration (commit an empty group "
-                 "when there is nothing left to copy), so that group j holds tile j", what);
+        snprintf(fix, sizeof fix, "at that point the wait may leave at most %llu group(s) pending and still cover this copy "
+                 "(cp_async_wait<%llu>), and a __syncthreads() after it lets the other threads read it too. A pipeline "
+                 "waits with cp_async_wait<STAGES - 2> after committing exactly STAGES - 1 groups before its loop and one "
+                 "per iteration (an empty group when there is nothing left to copy), so that group j holds tile j; "
+                 "cp_async_wait<0>() is correct too, but it also waits for the tiles meant to stay in flight",
+                 (unsigned long long)(committed_at_wait - c->group - 1), (unsigned long long)(committed_at_wait - c->group - 1));
     else if (own)
         snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
                  "issuer also need a __syncthreads() after that wait", what);
@@ -183,7 +193,10 @@ void async_thread_done(Worker* w, Fiber* f) {
                  "leave the buffer before its cp.async overwrites it; or this %s's address strays out of its tile into a "
                  "buffer being refilled", who.c_str(), what, what, what);
     else if (story == kAfterWait)
-        snprintf(fix, sizeof fix, "if this %s is meant for the tile being computed, its address strays out of that tile into "
+        snprintf(fix, sizeof fix, "if that copy brings a later tile, it went into the stage being read now: a refill may only "
+                 "target a stage that every thread has finished reading (with STAGES buffers, tile j + STAGES - 1 goes to "
+                 "stage (j + STAGES - 1) %% STAGES, the one tile j - 1 used, and every stage index uses the same STAGES); "
+                 "if this %s is meant for the tile being computed, its address strays out of that tile into "
                  "a buffer being refilled (a row stride, stage offset or swizzle that leaves its buffer: check the %s's "
                  "row and column against the tile's bounds); if it is meant for the buffer's previous contents, a "
                  "__syncthreads() is missing before the cp.async that overwrites them; if it needs this copy, thread %s "
@@ -194,6 +207,7 @@ void async_thread_done(Worker* w, Fiber* f) {
                  "__syncthreads() is missing before the cp.async that overwrites them)", who.c_str(), what);
     claim_report();
     fill_location(g_err);
+    capture_callers(g_err);
     g_err->kind = kUsage;
     g_err->line = -1;  // Python finds the line from the code address
     g_err->pc = ret - 1;  // inside the call to the trace hook, on the accessing line
@@ -264,8 +278,10 @@ void emu_cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes
     for (size_t j = k; j < k + bytes / 4; ++j)
         if (s.owner[j])
             emu_usage_error(line, "cp.async: destination %p is still the destination of the cp.async on line %d (thread %s), "
-                            "in flight: two copies in flight to the same bytes land in no defined order. If the two "
-                            "are meant for different places, their destinations overlap: a row stride, stage offset or "
+                            "in flight: two copies in flight to the same bytes land in no defined order. If the second "
+                            "refills a pipeline stage, its stage index is wrong: with STAGES buffers, tile j + STAGES - 1 "
+                            "goes to stage (j + STAGES - 1) %% STAGES, the one tile j - 1 used, never one whose copy is "
+                            "still in flight. If the two are meant for different places, their destinations overlap: a row stride, stage offset or "
                             "swizzle maps two chunks to the same bytes (a padded row stride in a buffer sized for "
                             "unpadded rows, an XOR that moves a chunk out of its row); if the buffer is being reused, "
                             "wait for the first (cp_async_wait, then __syncthreads() if another thread issued it) "
@@ -289,6 +305,7 @@ void emu_cp_async_wait(int pending, int line) {
     a->waits++;
     a->wait_line = line;
     a->wait_keep = pending;
+    a->committed_at_wait = a->committed;
     a->retired = a->committed > uint64_t(pending) ? a->committed - uint64_t(pending) : 0;
     retire(t_worker, a, a->retired, ret);
 }
@@ -300,6 +317,7 @@ void emu_cp_async_wait_all(int line) {
     a->waits++;
     a->wait_line = line;
     a->wait_keep = 0;
+    a->committed_at_wait = a->committed;
     a->retired = a->committed;
     retire(t_worker, a, a->retired, ret);
 }

@@ -65,6 +65,7 @@ struct ErrorRecord {
     uint64_t pc;
     uint64_t arena_base;
     uint64_t lib_base;
+    uint64_t callers[8];  // return addresses up the stack (usage errors): Python names the student's calling lines
     char text[8192];
 };
 static_assert(sizeof(ErrorRecord) < kHeaderBytes);
@@ -245,6 +246,7 @@ extern uintptr_t g_race_lib_base;
 // report.cpp: the error record, faults, the time limit
 bool claim_report();
 void fill_location(ErrorRecord* r);
+void capture_callers(ErrorRecord* r);  // the return addresses up the stack, for usage errors (never in a signal handler)
 [[noreturn]] void finish_report();
 [[noreturn]] void report(int kind, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 void install_handlers();

@@ -1,6 +1,8 @@
 // report.cpp: the error record Python reads (grader/emulator/_worker.py), fault signals, the time limit.
 #include "launcher.hpp"
 
+#include <execinfo.h>
+
 namespace launcher {
 
 // Only the first error is reported: another thread faulting meanwhile waits for the exit.
@@ -10,6 +12,7 @@ bool claim_report() {
 }
 
 void fill_location(ErrorRecord* r) {
+    memset(r->callers, 0, sizeof r->callers);
     r->has_thread = 0;
     r->line = -1;
     Worker* w = t_worker;
@@ -178,9 +181,17 @@ int emu_printf(const char* fmt, ...) {
 
 }  // extern "C"
 
+void launcher::capture_callers(ErrorRecord* r) {
+    void* frames[16];
+    const int n = backtrace(frames, 16);  // not from a signal handler: only the usage-error paths call this
+    int kept = 0;
+    for (int i = 1; i < n && kept < 8; ++i) r->callers[kept++] = uint64_t(uintptr_t(frames[i]));
+}
+
 extern "C" void emu_usage_error(int line, const char* fmt, ...) {
     claim_report();
     fill_location(g_err);
+    capture_callers(g_err);
     g_err->kind = kUsage;
     g_err->line = line;
     va_list ap;
