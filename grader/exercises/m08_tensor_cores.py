@@ -127,6 +127,14 @@ def _half_accumulation(p, x):
 
 
 MATMUL_SIGNATURE = "{}(const __half* A, const __half* B, float* C, int M, int N, int K)"
+# What every half-precision matmul row has in common: A and B in, float C out, the float64 product.
+HALF_MATMUL_IO = dict(
+    make_inputs=_ab,
+    outputs=dict(C=lambda p: ((p.M, p.N), F32)),
+    reference=_matmul_ref,
+    magnitude=matmul_magnitude,
+    args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+)
 
 exercise(
     id="wmma_matmul",
@@ -138,11 +146,7 @@ exercise(
     launch_shape="grid = (ceil_div(N, 32), ceil_div(M, 32)), block = 128 (4 warps): warp w computes the 16 x 16 tile "
     "(w / 2, w % 2) of the block's 32 x 32 tile of C with nvcuda::wmma fragments (half in, float accumulator); "
     "M, N, K are multiples of 16",
-    make_inputs=_ab,
-    outputs=dict(C=lambda p: ((p.M, p.N), F32)),
-    reference=_matmul_ref,
-    magnitude=matmul_magnitude,
-    args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+    **HALF_MATMUL_IO,
     grid=lambda p: (ceil_div(p.N, 32), ceil_div(p.M, 32)),
     block=lambda p: 128,
     cases=[
@@ -184,11 +188,7 @@ exercise(
     f"{TILE} x 32 tile of A and a 32 x {TILE} tile of B in shared memory (zero-filled past the edges) and warp w "
     f"computes rows 16w..16w+15 of the block's {TILE} x {TILE} tile of C with mma_m16n8k16_f16, operands loaded "
     "with ldmatrix; any M, N, K",
-    make_inputs=_ab,
-    outputs=dict(C=lambda p: ((p.M, p.N), F32)),
-    reference=_matmul_ref,
-    magnitude=matmul_magnitude,
-    args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+    **HALF_MATMUL_IO,
     grid=lambda p: (ceil_div(p.N, TILE), ceil_div(p.M, TILE)),
     block=lambda p: 128,
     cases=MMA_CASES,

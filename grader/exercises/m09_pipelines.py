@@ -16,8 +16,8 @@ from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
-from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, MATMUL_SIGNATURE, _ab, _blocks8_transposed, \
-    _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref, matmul_magnitude
+from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE, \
+    _blocks8_transposed, _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref
 
 MODULE = "09_pipelines"
 F16, F32 = np.float16, np.float32
@@ -85,11 +85,7 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
         f"dynamic shared memory = STAGES * ({GEMM_BM} * (BK + 8) + BK * ({GEMM_BN} + 8)) * 2 bytes with STAGES = "
         f"{stages}, BK = {bk}: A and B tiles of K steps of BK copied with cp.async, STAGES - 1 steps in flight; any M, "
         "and N, K multiples of 8 (rows of 16-byte chunks)",
-        make_inputs=_ab,
-        outputs=dict(C=lambda p: ((p.M, p.N), F32)),
-        reference=_matmul_ref,
-        magnitude=matmul_magnitude,
-        args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
+        **HALF_MATMUL_IO,
         grid=lambda p: (ceil_div(p.N, GEMM_BN), ceil_div(p.M, GEMM_BM)),
         block=lambda p: threads,
         shared_mem=lambda p: gemm_shared_bytes(stages, bk=bk),
