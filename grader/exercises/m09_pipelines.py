@@ -425,8 +425,8 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
 # The graded builds of each kernel (the benchmarks build the others with register=False).
 for _kernel, _builds in {
     "tc_flash_fwd_pipe": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES), (64, False, 3)],
-    "tc_flash_fwd_swizzle": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES)],
-    "tc_flash_fwd_ws": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES)],
+    "tc_flash_fwd_swizzle": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES), (64, False, 3)],
+    "tc_flash_fwd_ws": [(64, False, STAGES), (128, False, STAGES), (64, True, STAGES), (64, False, 3)],
 }.items():
     for _d, _causal, _stages in _builds:
         variant(_kernel, _d, "fp16", _causal, _stages)
