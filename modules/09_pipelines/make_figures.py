@@ -616,13 +616,59 @@ def table_specialisation() -> str:
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- 5. what the emulator says
+
+# (the mistake, in words; exercise; wrong kernel of tests/wrong/<exercise>/): the messages the reading quotes
+MESSAGE_EXAMPLES = [
+    ("A wait one group too lenient (`cp_async_wait<STAGES − 1>`)", "mma_matmul_pipe", "wait_too_lenient"),
+    ("A prologue one step short", "mma_matmul_pipe", "prologue_one_short"),
+    ("The three-stage kernel that commits only when it has copies", "tc_flash_fwd_pipe_stages3_d64",
+     "commit_only_with_copies"),
+    ("The Q fragments loaded before the first wait", "tc_flash_fwd_pipe_d64", "q_read_before_wait"),
+    ("The wait without the barrier after it (a thread reads a chunk another thread copied)", "tc_flash_fwd_pipe_d64",
+     "no_sync_after_wait"),
+    ("The next tile copied into the buffer being computed on", "tc_flash_fwd_pipe_d64", "refill_buffer_in_use"),
+    ("A refill stage index taken `% 2` in a three-stage build", "tc_flash_fwd_pipe_stages3_d64", "refill_index_mod2"),
+    ("Rows padded in the addresses while the launch sizes shared memory for unpadded rows",
+     "tc_flash_fwd_swizzle_d64", "padded_rows_unpadded_launch"),
+    ("Tail rows copied from past the end instead of zero-filled", "tc_flash_fwd_pipe_d64", "tail_rows_copied"),
+]
+
+
+def table_messages() -> str:
+    """Each MESSAGE_EXAMPLES kernel checked on the emulator: the failure it gets, with line numbers, addresses
+    and the quoted source lines left out."""
+    from grader.checks import run_check
+    from grader.wrong_corpus import CHECK_SEED, wrong_kernels
+
+    kernels = {(k.exercise, k.name): k for k in wrong_kernels()}
+    items = []
+    for what, ex_id, name in MESSAGE_EXAMPLES:
+        result = run_check(ex_id, kernels[ex_id, name].source(), backend="cpu", seed=CHECK_SEED)
+        failed = next(r for r in result.results if not r.passed)
+        text = failed.message.split("\n", 1)[1].strip()  # after the case's header line
+        text = text.split(": ", 1)[1] if text.startswith(f"{get_kernel(ex_id)}:") else text
+        text = re.sub(r" \(line \d+: `[^`]*`(?:, called from line \d+: `[^`]*`)*\)", "", text)
+        text = re.sub(r"line \d+", "line …", re.sub(r"0x[0-9a-f]+", "…", text))
+        # which block reports first depends on the emulator's threads: name no block
+        text = re.sub(r"^thread (\(\d+,\d+,\d+\)) of block \(\d+,\d+,\d+\): ", r"thread \1: ", text)
+        items.append(f"- {what} (`tests/wrong/{ex_id}/{name}`):\n  *{text}*")
+    return "\n".join(items)
+
+
+def get_kernel(ex_id: str) -> str:
+    from grader.checks import get_exercise
+
+    return get_exercise(ex_id).kernel
+
+
 def main() -> None:
     fig_timeline()
     worst = fig_swizzle_banks()
     for (layout, d), w in worst.items():
         print(f"ldmatrix phase, {layout} rows, d={d}: {w} wavefront(s) at worst")
     tables = {"ladder": fig_ladder(), "autotune": fig_autotune(), "matmul": table_matmul(), "matmul_ncu": table_matmul_ncu(),
-              "specialisation": table_specialisation(), "edge": table_edge()}
+              "specialisation": table_specialisation(), "edge": table_edge(), "messages": table_messages()}
     resources = table_resources()
     if resources is None:
         print("resources table kept as committed: NVRTC is not installed (pip install -e '.[nvrtc]')")

@@ -199,7 +199,8 @@ def test_another_threads_copy_read_before_its_wait(own_wait):
     msg = str(launch_one(code, "neighbour"))
     assert "thread (0,0,0) of block (0,0,0): read of shared memory still in flight from the cp.async on line 5 " \
            "(issued by thread (1,0,0))" in msg
-    assert "thread (1,0,0) must wait for it" in msg and "__syncthreads()" in msg
+    assert "bytes another thread copied are readable only after that thread's wait covers the copy and a " \
+           "__syncthreads() follows it" in msg
     assert ("while this thread's own wait (line 6) covers the same group" in msg) == own_wait
 
 

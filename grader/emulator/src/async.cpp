@@ -140,7 +140,7 @@ void async_thread_done(Worker* w, Fiber* f) {
         snprintf(why, sizeof why, "its group is still open (no cp_async_commit() after it), and a wait retires only committed groups");
     } else if (a->waits > c->waits) {
         story = kLenient;
-        snprintf(why, sizeof why, "cp_async_wait<%d> on line %d retires only the groups older than the newest %d, and this copy is in one of those "
+        snprintf(why, sizeof why, "cp_async_wait<%d> on line %d retires only the groups older than the newest %d, and this copy is in one of the newest, left in flight "
                  "(by then the thread had committed %llu group(s), numbered from 0; this copy is in group %llu)",
                  a->wait_keep, a->wait_line, a->wait_keep, (unsigned long long)committed_at_wait, (unsigned long long)c->group);
     } else if (!own && me && me->async && me->async->retired > c->group) {
@@ -180,11 +180,15 @@ void async_thread_done(Worker* w, Fiber* f) {
                  "(cp_async_wait<%llu>), and a __syncthreads() after it lets the other threads read it too. A pipeline "
                  "waits with cp_async_wait<STAGES - 2> after committing exactly STAGES - 1 groups before its loop and one "
                  "per iteration (an empty group when there is nothing left to copy), so that group j holds tile j; "
-                 "cp_async_wait<0>() is correct too, but it also waits for the tiles meant to stay in flight",
-                 (unsigned long long)(committed_at_wait - c->group - 1), (unsigned long long)(committed_at_wait - c->group - 1));
+                 "cp_async_wait<0>() is correct too, but it also waits for the tiles meant to stay in flight. If the wait "
+                 "is already cp_async_wait<STAGES - 2>, the %s's stage index is wrong instead: it reads a stage whose "
+                 "later tile is still in flight (tile j is in stage j %% STAGES, every index with the same STAGES)",
+                 (unsigned long long)(committed_at_wait - c->group - 1), (unsigned long long)(committed_at_wait - c->group - 1),
+                 what);
     else if (own)
-        snprintf(fix, sizeof fix, "wait for it (cp_async_wait<0>() or cp_async_wait_all()) before this %s; threads other than the "
-                 "issuer also need a __syncthreads() after that wait", what);
+        snprintf(fix, sizeof fix, "move this %s below a wait that covers the copy (cp_async_wait<N> leaves only the newest N "
+                 "committed groups in flight: in a pipeline, the loop's cp_async_wait<STAGES - 2>); threads other than "
+                 "the issuer also need a __syncthreads() after that wait", what);
     else if (w->named_used)  // warps in roles: buffers change hands at named barriers
         snprintf(fix, sizeof fix, "with warps in roles, a buffer changes hands at named barriers: thread %s must wait for its "
                  "copy (cp_async_wait) before it arrives at the barrier that hands the buffer over (named_barrier_arrive), and "
@@ -202,9 +206,10 @@ void async_thread_done(Worker* w, Fiber* f) {
                  "__syncthreads() is missing before the cp.async that overwrites them; if it needs this copy, thread %s "
                  "must wait for it and a __syncthreads() must follow", what, what, who.c_str());
     else
-        snprintf(fix, sizeof fix, "thread %s must wait for it (cp_async_wait<0>() or cp_async_wait_all()) and a __syncthreads() must "
-                 "follow before other threads touch these bytes (if this %s is meant for the buffer's previous contents, a "
-                 "__syncthreads() is missing before the cp.async that overwrites them)", who.c_str(), what);
+        snprintf(fix, sizeof fix, "bytes another thread copied are readable only after that thread's wait covers the copy "
+                 "and a __syncthreads() follows it: if the wait is there, the __syncthreads() after it is missing (or this "
+                 "%s comes before it); if this %s is meant for the buffer's previous contents, a __syncthreads() is "
+                 "missing before the cp.async that overwrites them", what, what);
     claim_report();
     fill_location(g_err);
     capture_callers(g_err);
