@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from grader.checks import CheckFailed, _within, check, compare, error_ratio, run_check
+from grader.checks import PRODUCT_NAN, CheckFailed, _within, check, compare, error_ratio, run_check
 from grader.kernel import RawKernel
 
 
@@ -16,6 +16,18 @@ def test_nan_only_where_nan_is_expected():
     assert not _within(np.array([np.nan]), np.array([1.0]), 2e-5, 2e-5).item()
     assert _within(np.array([np.nan]), np.array([np.nan]), 2e-5, 2e-5).item()
     assert not _within(np.array([1.0]), np.array([np.nan]), 2e-5, 2e-5).item()
+
+
+def test_a_computed_nan_is_explained_for_the_kind_of_kernel():
+    got, want, never = np.array([np.nan, 1.0], np.float32), np.array([2.0, 1.0]), np.zeros(2, bool)
+    softmax = compare("O", got, want, (2e-5, 2e-5), never, "gpu")
+    assert "1 element(s) are NaN computed by the kernel, the first at O[0]" in softmax
+    assert "NaN comes from inf - inf, 0 * inf or 0 / 0: e.g. exp(m_old - m_new)" in softmax
+    product = compare("C", got, want, (2e-5, 2e-5), never, "gpu", nan_causes=PRODUCT_NAN)
+    assert "NaN comes from inf - inf, 0 * inf or 0 / 0: the inputs here are finite" in product
+    assert "m_old" not in product
+    plain = compare("c", got, want, (2e-5, 2e-5), never, "gpu", nan_causes="")
+    assert "NaN comes from inf - inf, 0 * inf or 0 / 0." in plain and "m_old" not in plain
 
 
 def test_infinity_mismatch_is_named():
