@@ -12,13 +12,22 @@ tuned build of benchmarks/results/gpu_evidence.json (`mma_matmul_pipe_tuned`):
 * ``half the B copies``: every B tile only half copied (a third less traffic from L2 in all),
   the rest of the kernel unchanged.
 
-Only ``whole`` computes the product (its result is checked); the others exist to be timed. If the
-memory side alone takes nearly as long as the whole kernel, no reordering of the `mma` work can
-make the kernel much faster: the copies themselves must get cheaper or fewer. Writes
-results/matmul_parts.json, read by module 09's reading (make_figures.py: `matmul_parts`).
+Then two Hopper-only kernels (benchmarks/hopper/, sm_90a, built with nvcc; the course's emulator
+models neither TMA nor transaction barriers, so no exercise uses them), timed in the same run:
 
-    python benchmarks/matmul_parts.py gpu        # on a GPU (about 30 s)
-    python benchmarks/matmul_parts.py compile    # every variant through NVRTC for sm_90, no GPU
+* ``memory side through TMA`` (hopper/tma_copy.cu): the memory side's tiles, stages and barriers,
+  each step's tiles copied as two TMA boxes issued by one thread;
+* ``TMA producer, mma.sync consumers`` (hopper/tma_matmul.cu): the same 64 x 64 warp tiles and
+  `ldmatrix` + `mma.sync` loop, fed by a producer warpgroup through TMA, with no block barrier.
+
+Only ``whole`` and the TMA matmul compute the product (both are checked against cuBLAS in fp32),
+and the TMA copy checks its last tiles; the others exist to be timed. If the memory side alone takes
+nearly as long as the whole kernel, no reordering of the `mma` work can make the kernel much faster:
+the copies themselves must get cheaper or fewer. Writes results/matmul_parts.json, read by module
+09's reading (make_figures.py: `matmul_parts`).
+
+    python benchmarks/matmul_parts.py gpu        # on a GPU (about 40 s; the Hopper rows need nvcc and an sm_90 GPU)
+    python benchmarks/matmul_parts.py compile    # every variant through NVRTC (sm_90, the Hopper kernels sm_90a), no GPU
 """
 from __future__ import annotations
 
@@ -32,6 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS = Path(__file__).parent / "results"
+HOPPER = Path(__file__).parent / "hopper"
 SIZE = 4096
 MACROS = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES")
 
@@ -70,6 +80,23 @@ def variant_sources() -> dict[str, str]:
     return out
 
 
+# (name, what it keeps, file, kernel, block threads)
+HOPPER_KERNELS = (
+    ("memory side through TMA", "the memory side's tiles and barriers, each step's tiles as two TMA copies from one thread",
+     "tma_copy.cu", "tma_copy", 256),
+    ("TMA producer, mma.sync consumers", "the same mma.sync loop in 8 warps, fed by TMA from a producer warpgroup",
+     "tma_matmul.cu", "tma_matmul", 384),
+)
+HOPPER_STAGES = 4
+
+
+def hopper_source(file: str) -> str:
+    """A Hopper kernel's translation unit: the course prelude (ldmatrix, mma), then the kernel."""
+    from grader.source import translation_unit
+
+    return translation_unit((HOPPER / file).read_text())
+
+
 def tuned_build() -> dict[str, int]:
     """The tuned configuration recorded in the evidence (the benchmark's `mma_matmul_pipe_tuned`)."""
     bench = json.loads((RESULTS / "gpu_evidence.json").read_text())["bench"]
@@ -88,6 +115,76 @@ def compile_main() -> None:
     for name, src in variant_sources().items():
         compile_check(src, options=options(cfg), archs=("sm_90",))
         print(f"{name}: compiles for sm_90 with {' '.join(options(cfg))}")
+    for name, _, file, _, _ in HOPPER_KERNELS:
+        compile_check((HOPPER / file).read_text(), options=(f"-I{HOPPER}", f"-DSTAGES={HOPPER_STAGES}"), archs=("sm_90a",))
+        print(f"{name}: compiles for sm_90a")
+
+
+def tensor_map(array, box_cols: int, box_rows: int, swizzle: int) -> bytes:
+    """cuTensorMapEncodeTiled for a row-major fp16 matrix (the driver's API; CuPy has no binding):
+    boxes of box_cols x box_rows, swizzle 0 (none), 2 (64-byte) or 3 (128-byte), L2 promotion 128 B."""
+    import ctypes
+
+    encode = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+    encode.restype = ctypes.c_int
+    out = (ctypes.c_ubyte * 128)()
+    rows, cols = array.shape
+    rc = encode(ctypes.byref(out), ctypes.c_int(6), ctypes.c_uint32(2), ctypes.c_void_p(array.data.ptr),  # 6: fp16
+                (ctypes.c_uint64 * 2)(cols, rows), (ctypes.c_uint64 * 1)(cols * 2), (ctypes.c_uint32 * 2)(box_cols, box_rows),
+                (ctypes.c_uint32 * 2)(1, 1), ctypes.c_int(0), ctypes.c_int(swizzle), ctypes.c_int(2), ctypes.c_int(0))
+    if rc:
+        raise RuntimeError(f"cuTensorMapEncodeTiled returned {rc}")
+    return bytes(out)
+
+
+def hopper_launches(a, b, c, want) -> dict:
+    """The Hopper kernels built with nvcc for sm_90a and checked, as launches to time; {} (and why,
+    printed) where there is no nvcc or the GPU is not a Hopper."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import cupy
+
+    from grader.source import INCLUDE_DIR
+
+    if cupy.cuda.Device().compute_capability != "90" or shutil.which("nvcc") is None:
+        print("matmul_parts: the Hopper rows need an sm_90 GPU and nvcc; skipped", flush=True)
+        return {}
+    size = a.shape[0]
+    maps = {"tma_copy": tensor_map(a, 32, 128, 0) + tensor_map(b, 256, 32, 0),
+            "tma_matmul": tensor_map(a, 32, 128, 2) + tensor_map(b, 64, 32, 3)}
+    launches = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, _, file, kernel, threads in HOPPER_KERNELS:
+            tu, cubin = Path(tmp, file), Path(tmp, f"{kernel}.cubin")
+            tu.write_text(hopper_source(file))
+            subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", f"-I{INCLUDE_DIR}", f"-I{HOPPER}",
+                            f"-DSTAGES={HOPPER_STAGES}", "-o", str(cubin), str(tu)], check=True)
+            fn = cupy.RawModule(path=str(cubin)).get_function(kernel)
+            smem = HOPPER_STAGES * (128 * 32 + 32 * 256) * 2 + 1024  # + the 1024-byte alignment the swizzle needs
+            fn.max_dynamic_shared_size_bytes = smem
+            map_bytes = cupy.asarray(np.frombuffer(maps[kernel], np.uint8))
+            grid, block = (size // 256, size // 128), (threads,)
+            dims = (np.int32(size), np.int32(size), np.int32(size))
+            if kernel == "tma_copy":
+                counts = cupy.zeros(grid[0] * grid[1] + 1, cupy.float32)
+                args = (map_bytes, a, b, counts, *dims)
+            else:
+                args = (map_bytes, c, *dims)
+            launch = (lambda fn=fn, grid=grid, block=block, args=args, smem=smem:
+                      fn(grid, block, args, shared_mem=smem))
+            c.fill(np.nan)
+            launch()
+            cupy.cuda.Device().synchronize()
+            if kernel == "tma_copy" and float(counts[-1]):
+                raise SystemExit(f"matmul_parts: {name} left {float(counts[-1]):.0f} tile elements unlike global memory")
+            if kernel == "tma_matmul":
+                err = float(cupy.abs(c - want).max() / cupy.abs(want).max())
+                if not err <= 1e-3:
+                    raise SystemExit(f"matmul_parts: {name}'s product is off by {err:.3g} (relative to its largest entry)")
+            launches[name] = launch
+    return launches
 
 
 def gpu_main(out: Path, repeats: int = 3) -> None:
@@ -116,6 +213,7 @@ def gpu_main(out: Path, repeats: int = 3) -> None:
     err = float(cupy.abs(c - want).max() / cupy.abs(want).max())
     if err > 1e-3:
         raise SystemExit(f"matmul_parts: the whole kernel's product is off by {err:.3g} (relative to its largest entry)")
+    launches.update(hopper_launches(a, b, c, want))
     launches["cuBLAS"] = lambda: cupy.matmul(a, b)
 
     timer, budget = EventTimer(), Budget(min_runs=20, min_ms=300.0, max_ms=3000.0)
@@ -128,11 +226,12 @@ def gpu_main(out: Path, repeats: int = 3) -> None:
     flops = 2.0 * SIZE ** 3
     l2_bytes = SIZE ** 3 * 2 * (1 / cfg["BN"] + 1 / cfg["BM"])  # A read once per block column, B per block row
     rows = []
-    for vname, keeps, _ in (*VARIANTS, ("cuBLAS", "cupy.matmul, fp16 in and out", [])):
+    kept = [(v[0], v[1]) for v in VARIANTS] + [(h[0], h[1]) for h in HOPPER_KERNELS if h[0] in launches]
+    for vname, keeps in (*kept, ("cuBLAS", "cupy.matmul, fp16 in and out")):
         ms = float(np.median(times[vname]))
         row = dict(variant=vname, keeps=keeps, ms=round(ms, 4), tflops_equivalent=round(flops / ms / 1e9, 1),
                    repeat_ms=[round(t, 4) for t in times[vname]])
-        if vname == "memory side":
+        if vname.startswith("memory side"):
             row["l2_to_shared_tb_per_s"] = round(l2_bytes / ms / 1e9, 2)
         rows.append(row)
         print(row, flush=True)
