@@ -415,7 +415,7 @@ class EmulatedKernel:
                 f"{self.name}: {who} indexed a __shared__ or local array past its declared size{detail}{at}. "
                 f"Check the index against the array's dimensions.{printed}", **fault)
         if k == _worker.USAGE:
-            return KernelFault(f"{self.name}: {who}: {o.text}{at}.{printed}", **fault)
+            return KernelFault(f"{self.name}: {who}: {_with_copy_calls(o, lib)}{at}.{printed}", **fault)
         if k == _worker.STACK:
             return KernelFault(
                 f"{self.name}: {who} overflowed its 256 KiB stack{at}: local arrays too large or "
@@ -539,11 +539,7 @@ class EmulatedKernel:
     def _at(self, line: int | None, lib: Library, calls: tuple[int, ...] = ()) -> str:
         if line is None:
             return ""
-
-        def quoted(n: int) -> str:
-            return f"line {n}: `{lib.source_lines[n - 1].strip()}`" if 1 <= n <= len(lib.source_lines) else f"line {n}"
-
-        return " (" + ", ".join([quoted(line), *(f"called from {quoted(n)}" for n in calls)]) + ")"
+        return " (" + ", ".join([_quoted(lib, line), *(f"called from {_quoted(lib, n)}" for n in calls)]) + ")"
 
     def _describe_access(self, o: _worker.Outcome, args, slots) -> str:
         verb = "wrote" if o.is_write else "read"
@@ -628,6 +624,25 @@ def _source_lines(lib_path, offset: int) -> list[int]:
             if digits.isdigit() and int(digits) not in lines:
                 lines.append(int(digits))
     return lines
+
+
+def _quoted(lib: Library, n: int) -> str:
+    return f"line {n}: `{lib.source_lines[n - 1].strip()}`" if 1 <= n <= len(lib.source_lines) else f"line {n}"
+
+
+def _with_copy_calls(o: _worker.Outcome, lib: Library) -> str:
+    """A usage error's text, with the lines that called the cp.async of an in-flight read named when the
+    copy sits in a function the kernel calls (a given copier, a lambda): its own line alone would point
+    there, not at the call the student wrote."""
+    offset = o.copy_pc - o.lib_base
+    if not o.copy_pc or not 0 < offset < os.path.getsize(lib.path):
+        return o.text
+    lines = _source_lines(lib.path, offset)
+    marker = f"the cp.async on line {lines[0]}" if lines else ""
+    calls = [n for n in lines[1:] if n != lines[0]]
+    if not calls or marker not in o.text:
+        return o.text
+    return o.text.replace(marker, marker + "".join(f", called from {_quoted(lib, n)}" for n in calls), 1)
 
 
 def _calling_lines(o: _worker.Outcome, lib: Library, line: int | None) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ PAGE = mmap.PAGESIZE
 GUARD = 64 * 1024  # must match kGuard in launcher.cpp
 HEADER_BYTES = 64 * 1024  # must match kHeaderBytes in launcher.cpp
 PRINT_SEGMENT = 1 << 20  # per OS thread; a GPU's printf FIFO is 1 MiB in all by default
-_RECORD = struct.Struct("<10i12Q")  # ErrorRecord up to its text
+_RECORD = struct.Struct("<10i13Q")  # ErrorRecord up to its text
 _TEXT_BYTES = 8192
 
 # Error kinds (Kind in launcher.cpp).
@@ -64,6 +64,7 @@ class Outcome:
     arena_base: int = 0
     lib_base: int = 0
     callers: tuple = ()  # return addresses up the stack of a usage error, innermost first
+    copy_pc: int = 0  # a read of bytes still in flight: the code address of the cp.async that was issued there
     text: str = ""
     printed: str = ""
     stderr: str = ""
@@ -255,7 +256,7 @@ class Worker:
             block=tuple(v[2:5]) if kind != TIMEOUT or has_thread or v[11] else None,
             thread=tuple(v[5:8]) if has_thread else None,
             line=v[8] if v[8] > 0 else None, is_write=bool(v[9]),
-            addr=v[10], pc=v[11], arena_base=v[12], lib_base=v[13], callers=tuple(c for c in v[14:22] if c),
+            addr=v[10], pc=v[11], arena_base=v[12], lib_base=v[13], callers=tuple(c for c in v[14:22] if c), copy_pc=v[22],
             text=text, printed=printed, stderr=self.stderr(),
         )
 

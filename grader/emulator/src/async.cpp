@@ -35,8 +35,10 @@ struct AsyncCopies {
     uint64_t committed = 0;  // groups closed; the open group's number
     uint32_t waits = 0;
     int wait_line = 0, wait_keep = 0;  // the last wait: its line and N
-    uint64_t retired = 0;  // the groups below this have landed (at the last wait)
     uint64_t committed_at_wait = 0;  // the groups committed when the last wait ran
+
+    // The groups below this have landed (at the last wait).
+    uint64_t retired() const { return committed_at_wait > uint64_t(wait_keep) ? committed_at_wait - uint64_t(wait_keep) : 0; }
 };
 
 // Per OS thread, which runs one block at a time.
@@ -113,9 +115,12 @@ void async_thread_done(Worker* w, Fiber* f) {
     a->committed = 0;
     a->waits = 0;
     a->wait_line = a->wait_keep = 0;
-    a->retired = 0;
     a->committed_at_wait = 0;
 }
+
+// Where a pipeline's refill goes: every message that suspects a stage index states it the same way.
+static constexpr const char* kRefillRule =
+    "with STAGES buffers, tile j + STAGES - 1 goes to stage (j + STAGES - 1) % STAGES, the one tile j - 1 used";
 
 // The traced build: an access to bytes that a copy has not written yet.
 [[noreturn]] static void report_in_flight(Worker* w, size_t word, uintptr_t addr, bool store, uintptr_t ret) {
@@ -143,7 +148,7 @@ void async_thread_done(Worker* w, Fiber* f) {
         snprintf(why, sizeof why, "cp_async_wait<%d> on line %d retires only the groups older than the newest %d, and this copy is in one of the newest, left in flight "
                  "(by then the thread had committed %llu group(s), numbered from 0; this copy is in group %llu)",
                  a->wait_keep, a->wait_line, a->wait_keep, (unsigned long long)committed_at_wait, (unsigned long long)c->group);
-    } else if (!own && me && me->async && me->async->retired > c->group) {
+    } else if (!own && me && me->async && me->async->retired() > c->group) {
         // The reader has waited for its own copies of this group: it expects these bytes to have
         // landed, which only a barrier after the issuer's wait makes true.
         story = kNoWait;
@@ -160,10 +165,9 @@ void async_thread_done(Worker* w, Fiber* f) {
     char fix[1400];
     if (own && story == kAfterWait)
         snprintf(fix, sizeof fix, "if this copy brings a later tile, it went into bytes that are being read now: a refill may only "
-                 "target a stage that no thread reads before the wait that retires it (with STAGES buffers, tile j + STAGES - 1 "
-                 "goes to stage (j + STAGES - 1) %% STAGES, the one tile j - 1 used, and every stage index uses the same "
+                 "target a stage that no thread reads before the wait that retires it (%s, and every stage index uses the same "
                  "STAGES); or this %s's address strays out of the tile it means (a row stride, stage offset or swizzle "
-                 "that leaves its buffer). If the %s really needs this copy, wait for it first", what, what);
+                 "that leaves its buffer). If the %s really needs this copy, wait for it first", kRefillRule, what, what);
     else if (own && story == kLenient && before_its_wait)
         snprintf(fix, sizeof fix, "this thread has committed %llu group(s) since that wait, and the same wait issued now would "
                  "retire this copy: the %s comes before the wait meant to cover it. Move it below that wait and the "
@@ -198,13 +202,12 @@ void async_thread_done(Worker* w, Fiber* f) {
                  "buffer being refilled", who.c_str(), what, what, what);
     else if (story == kAfterWait)
         snprintf(fix, sizeof fix, "if that copy brings a later tile, it went into the stage being read now: a refill may only "
-                 "target a stage that every thread has finished reading (with STAGES buffers, tile j + STAGES - 1 goes to "
-                 "stage (j + STAGES - 1) %% STAGES, the one tile j - 1 used, and every stage index uses the same STAGES); "
+                 "target a stage that every thread has finished reading (%s, and every stage index uses the same STAGES); "
                  "if this %s is meant for the tile being computed, its address strays out of that tile into "
                  "a buffer being refilled (a row stride, stage offset or swizzle that leaves its buffer: check the %s's "
                  "row and column against the tile's bounds); if it is meant for the buffer's previous contents, a "
                  "__syncthreads() is missing before the cp.async that overwrites them; if it needs this copy, thread %s "
-                 "must wait for it and a __syncthreads() must follow", what, what, who.c_str());
+                 "must wait for it and a __syncthreads() must follow", kRefillRule, what, what, who.c_str());
     else
         snprintf(fix, sizeof fix, "bytes another thread copied are readable only after that thread's wait covers the copy "
                  "and a __syncthreads() follows it: if the wait is there, the __syncthreads() after it is missing (or this "
@@ -213,6 +216,7 @@ void async_thread_done(Worker* w, Fiber* f) {
     claim_report();
     fill_location(g_err);
     capture_callers(g_err);
+    g_err->copy_pc = c->ret - 1;  // inside the call that issued the copy
     g_err->kind = kUsage;
     g_err->line = -1;  // Python finds the line from the code address
     g_err->pc = ret - 1;  // inside the call to the trace hook, on the accessing line
@@ -284,13 +288,13 @@ void emu_cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes
         if (s.owner[j])
             emu_usage_error(line, "cp.async: destination %p is still the destination of the cp.async on line %d (thread %s), "
                             "in flight: two copies in flight to the same bytes land in no defined order. If the second "
-                            "refills a pipeline stage, its stage index is wrong: with STAGES buffers, tile j + STAGES - 1 "
-                            "goes to stage (j + STAGES - 1) %% STAGES, the one tile j - 1 used, never one whose copy is "
+                            "refills a pipeline stage, its stage index is wrong: %s, never one whose copy is "
                             "still in flight. If the two are meant for different places, their destinations overlap: a row stride, stage offset or "
                             "swizzle maps two chunks to the same bytes (a padded row stride in a buffer sized for "
                             "unpadded rows, an XOR that moves a chunk out of its row); if the buffer is being reused, "
                             "wait for the first (cp_async_wait, then __syncthreads() if another thread issued it) "
-                            "before the second copy", dst, copy_at(w, s.owner[j] - 1, j).line, thread_name(w, s.owner[j] - 1).c_str());
+                            "before the second copy", dst, copy_at(w, s.owner[j] - 1, j).line, thread_name(w, s.owner[j] - 1).c_str(),
+                            kRefillRule);
     AsyncCopies* a = copies_of(f);
     AsyncCopy c{static_cast<unsigned char*>(dst), bytes, line, a->committed, a->waits, ret, {}};
     memcpy(c.data, src, src_bytes);
@@ -311,8 +315,7 @@ void emu_cp_async_wait(int pending, int line) {
     a->wait_line = line;
     a->wait_keep = pending;
     a->committed_at_wait = a->committed;
-    a->retired = a->committed > uint64_t(pending) ? a->committed - uint64_t(pending) : 0;
-    retire(t_worker, a, a->retired, ret);
+    retire(t_worker, a, a->retired(), ret);
 }
 
 void emu_cp_async_wait_all(int line) {
@@ -323,8 +326,7 @@ void emu_cp_async_wait_all(int line) {
     a->wait_line = line;
     a->wait_keep = 0;
     a->committed_at_wait = a->committed;
-    a->retired = a->committed;
-    retire(t_worker, a, a->retired, ret);
+    retire(t_worker, a, a->retired(), ret);
 }
 
 }  // extern "C"

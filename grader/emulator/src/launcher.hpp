@@ -66,6 +66,7 @@ struct ErrorRecord {
     uint64_t arena_base;
     uint64_t lib_base;
     uint64_t callers[8];  // return addresses up the stack (usage errors): Python names the student's calling lines
+    uint64_t copy_pc;  // a read of bytes still in flight: the cp.async's code address, so Python names the lines that issued it
     char text[8192];
 };
 static_assert(sizeof(ErrorRecord) < kHeaderBytes);

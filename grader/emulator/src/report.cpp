@@ -13,6 +13,7 @@ bool claim_report() {
 
 void fill_location(ErrorRecord* r) {
     memset(r->callers, 0, sizeof r->callers);
+    r->copy_pc = 0;
     r->has_thread = 0;
     r->line = -1;
     Worker* w = t_worker;
