@@ -141,6 +141,9 @@ def run_case(ex, launcher, cell_file: str, c, seed: int, be: str):
     except CourseError as err:
         return CaseResult(c, False, f"case {shown}: {err}", fault=True)
     except Exception as err:  # noqa: BLE001  (whatever the student's launcher or kernel raised)
+        if isinstance(ts.root_cause(err), ts.OutOfBounds):
+            told = ts.student_traceback(err, cell_file).removeprefix(f"{ts.OutOfBounds.__name__}: ")
+            return CaseResult(c, False, f"case {shown}: the kernel made {told}", fault=True)
         if ts.is_interpreter_bug(err):
             return CaseResult(c, False, f"case {shown}: not checked: Triton's CPU interpreter failed inside itself "
                                         f"({ts.root_cause(err)!r}). This is the interpreter's bug, not your kernel's; "

@@ -58,6 +58,13 @@ class LaunchTimeout(CourseError):
     """The launcher ran past its time limit."""
 
 
+class OutOfBounds(Exception):
+    """A kernel in the interpreter loaded or stored outside every tensor it was passed. The
+    interpreter would touch that memory for real (a store corrupts the Python process, a load
+    reads garbage), so the access is stopped before it happens. Not a CourseError: the check
+    reports it with the student's lines, as a fault of the kernel."""
+
+
 def on_gpu() -> bool:
     """Compile for a real GPU? Only with a CUDA device and the course's GPU backend."""
     from .backend import backend
@@ -170,9 +177,114 @@ def _patch_interpreter() -> None:
 
         interpreter._patch_lang_tensor = patch_lang_tensor
     _patch_bf16_arithmetic(interpreter, tl)
+    _patch_bounds(interpreter)
     if not hasattr(builder, "get_bf16") and hasattr(builder, "create_fp_trunc"):
         builder.get_bf16 = lambda self, value: self.create_fp_trunc(self.get_fp32(value), tl.bfloat16)
     _PATCHED = True
+
+
+class _Launch(threading.local):
+    """The tensors of the interpreted launch in progress: (name, first byte, end, element size, shape)."""
+
+    def __init__(self):
+        self.tensors = []
+
+
+_LAUNCH = _Launch()
+
+
+def _tensor_ranges(fn, args, kwargs) -> list:
+    import inspect
+
+    try:
+        bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        bound = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
+    out = []
+    for name, arg in bound.items():
+        arg = getattr(arg, "base", arg) if not hasattr(arg, "data_ptr") else arg  # a tensor descriptor's tensor
+        if hasattr(arg, "untyped_storage") and arg.device.type == "cpu":
+            storage = arg.untyped_storage()
+            out.append((name, storage.data_ptr(), storage.data_ptr() + storage.nbytes(), arg.element_size(),
+                        tuple(arg.shape)))
+    return out
+
+
+def _check_access(builder, what: str, ptrs, mask, element_type) -> None:
+    """Raise :class:`OutOfBounds` if an active lane of ``ptrs`` points outside every tensor argument."""
+    import numpy as np
+
+    tensors = _LAUNCH.tensors
+    if not tensors:
+        return
+    p = np.asarray(ptrs.data).astype(np.uint64, copy=False)
+    active = np.ones(p.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask.data, bool), p.shape)
+    size = np.uint64(max(1, getattr(element_type, "primitive_bitwidth", 8) // 8))
+    inside = np.zeros(p.shape, bool)
+    for _, lo, hi, _, _ in tensors:
+        inside |= (p >= np.uint64(lo)) & (p + size <= np.uint64(hi))
+    bad = active & ~inside
+    if not bad.any():
+        return
+    first = int(p[bad].ravel()[0])
+    name, lo, hi, item, shape = min(tensors, key=lambda t: min(abs(first - t[1]), abs(first - t[2])))
+    held = (hi - lo) // item
+    if first >= hi:
+        where = f"at element {(first - lo) // item} of {name}, whose storage holds {held} (shape {shape})"
+    else:
+        where = f"{(lo - first + item - 1) // item} element(s) before the start of {name} (shape {shape})"
+    program = tuple(int(v) for v in getattr(builder, "grid_idx", ()) or ())
+    raise OutOfBounds(
+        f"{what} outside every tensor the kernel was passed: {int(bad.sum())} of its {int(active.sum())} active lane(s)"
+        + (f" in program {program}" if program else "") + f"; the first {where}. Mask the lanes past the "
+        "tensor's end (mask=... < N, "
+        "and other= for a load) or check the offsets and strides that reach it. Stopped before it happened: "
+        "on a GPU such an access is undefined, and in the interpreter it would corrupt or read the Python "
+        "process's own memory.")
+
+
+def _patch_bounds(interpreter) -> None:
+    """Bounds-check every load, store and atomic of an interpreted kernel against the tensors of
+    its launch (a student's out-of-bounds store used to kill the notebook's kernel process)."""
+    builder = interpreter.InterpreterBuilder
+    executor = getattr(interpreter, "GridExecutor", None)
+    if executor is None or not hasattr(executor, "_init_args_hst"):
+        return
+    original_init = executor._init_args_hst
+
+    def init_args_hst(self, args_dev, kwargs):
+        args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
+        _LAUNCH.tensors = _tensor_ranges(self.fn, args_hst, kwargs_hst)
+        return args_hst, kwargs_hst
+
+    executor._init_args_hst = init_args_hst
+    original_call = executor.__call__
+
+    def call(self, *args, **kwargs):
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            _LAUNCH.tensors = []
+
+    executor.__call__ = call
+
+    def checked(method, what, ptr_at, mask_at):
+        original = getattr(builder, method, None)
+        if original is None:
+            return
+
+        def run(self, *args, **kwargs):
+            ptrs = args[ptr_at]
+            mask = args[mask_at] if mask_at is not None and len(args) > mask_at else None
+            _check_access(self, what, ptrs, mask, ptrs.get_element_ty())
+            return original(self, *args, **kwargs)
+
+        setattr(builder, method, run)
+
+    checked("create_masked_load", "a tl.load", 0, 1)
+    checked("create_masked_store", "a tl.store", 0, 2)
+    checked("create_atomic_rmw", "an atomic", 1, 3)
+    checked("create_atomic_cas", "an atomic", 0, None)
 
 
 def _patch_bf16_arithmetic(interpreter, tl) -> None:

@@ -482,6 +482,15 @@ class EmulatedKernel:
         if 2 in kinds:
             msg += (f". Every update of an element that several threads change at once must be atomic: use {add} "
                     "for all of them, or make one thread own each element.")
+        elif kinds == {1} and same_line:
+            # Two plain stores from one line: nothing is being summed, so the element was meant to have
+            # one owner and the index maps two threads to it.
+            msg += (": several threads store to the same element from one line. A plain store means each element "
+                    "has one owner, so the index maps two threads to one element: check how each thread's row and "
+                    "column are computed (in a tensor-core kernel, the lane -> row and column of the fragment: "
+                    "rows g and g + 8 with g = lane / 4, columns from t = lane % 4). Where a group of lanes holds "
+                    "the same value after a reduction (a quad's row max or sum), let one lane store it "
+                    f"(if (t == 0)). Only an element meant to sum several threads' values needs {add}.")
         elif accumulate:
             rmw = " (a read-modify-write like +=)" if kinds == {0, 1} else ""
             msg += (f": several threads update the same element{rmw} at once, so updates get lost. "

@@ -11,14 +11,8 @@ FIRST_KEYS = 16  # ``falling`` lifts the first 16 keys: the first key tile of ev
 
 def qkv(p, rng):
     """Q, K, V as float32 [B, H, N, d]; ``spread`` scales Q (large logits), and ``rising``
-    makes later keys score higher for every query, so the running max grows tile after tile.
-
-    Extreme but legal logits move every query's score for key j by a chosen offset (through
-    feature 0: q[..., 0] = 1 and k[..., j, 0] = offset_j / scale):
-    ``negative=X``: every score is about -X (X > 87: exp(s) underflows, so a max that starts at
-    0 instead of -inf fails); ``falling=X``: the first 16 keys (in the first key tile) score X
-    above the rest, so later tiles' maxima lie far *below* the running max; ``late_peak=X``:
-    the last key scores X above the rest, so the max arrives in the last tile."""
+    makes later keys score higher for every query, so the running max grows tile after tile;
+    then :func:`extreme_scores`."""
     shape = (p.B, p.H, p.N, p.d)
     q = rng.standard_normal(shape) * getattr(p, "spread", 1.0)
     k = rng.standard_normal(shape)
@@ -26,14 +20,25 @@ def qkv(p, rng):
     if getattr(p, "rising", False):
         q[..., 0] = np.abs(q[..., 0]) + 1.0
         k[..., 0] += np.linspace(0.0, 6.0, p.N)
-    offset = np.zeros(p.N)
+    extreme_scores(p, q, k)
+    return dict(Q=q.astype(F32), K=k.astype(F32), V=v.astype(F32))
+
+
+def extreme_scores(p, q, k):
+    """Extreme but legal logits, in place: every query's score for key j moved by a chosen offset
+    (through feature 0: q[..., 0] = 1 and k[..., j, 0] = offset_j / scale).
+    ``negative=X``: every score is about -X (X > 87: exp(s) underflows, so a max that starts at
+    0 instead of -inf fails); ``falling=X``: the first 16 keys (in the first key tile) score X
+    above the rest, so later tiles' maxima lie far *below* the running max; ``late_peak=X``:
+    the last key scores X above the rest, so the max arrives in the last tile. Every exercise's
+    input maker that offers these parameters calls this (tests/test_case_params.py checks it)."""
+    offset = np.zeros(k.shape[-2])
     offset -= getattr(p, "negative", 0.0)
     offset[:FIRST_KEYS] += getattr(p, "falling", 0.0)
     offset[-1] += getattr(p, "late_peak", 0.0)
     if offset.any():
         q[..., 0] = 1.0
         k[..., 0] = offset / float(scale_of(p))
-    return dict(Q=q.astype(F32), K=k.astype(F32), V=v.astype(F32))
 
 
 def scale_of(p):
@@ -185,13 +190,18 @@ def forward_mistakes(Mistake, bc, keep=None):
                 lambda p, x: tiled(p, x, rescale_l=False) if p.N > bc else None),
         Mistake("only the first key tile processed", "loop over all ceil_div(N, BC) key tiles.",
                 lambda p, x: tiled(p, x, tiles=1) if p.N > bc else None),
-        Mistake("L in base 2", "L is the natural-log logsumexp: L = m + logf(l), not log2f (use logf, or multiply by ln 2).",
+        Mistake("L in base 2", "L is the natural-log logsumexp: L = m + log(l) with m and l of exp(s - m); a kernel "
+                "that works in base 2 (exp2, m in units of log2(e)) converts at the end: L = (m + log2(l)) * ln 2.",
                 lambda p, x: dict(L=correct(p, x)[1] * np.log2(np.e))),
         Mistake("L without the max", "L = m + log(l): the running sum l is measured relative to the max m.",
                 lambda p, x: dict(L=correct(p, x)[1] - _finite0(ref.partial_state(x["Q"], x["K"], x["V"], scale=sc(p),
                                                                                    mask=mask(p, x))[0]))),
+        Mistake("output not divided by l",
+                "after the last key tile O = acc / l: acc sums exp(s - m) v over the keys, and dividing by the row's "
+                "l = sum of exp(s - m) turns that sum into the weighted average (L = m + log(l) is unaffected).",
+                lambda p, x: dict(O=_finite0(ref.partial_state(x["Q"], x["K"], x["V"], scale=sc(p), mask=mask(p, x))[2]))),
         Mistake("running max starts at 0",
-                "initialise m = -INFINITY, not 0: in a row whose scores are all below about -87, exp(s - 0) "
+                "initialise m to -inf (-INFINITY in CUDA C), not 0: in a row whose scores are all below about -87, exp(s - 0) "
                 "underflows to 0 for every key, so l = 0, O = 0/0 = NaN and L = log(0).",
                 lambda p, x: as_dict(max_from_zero(x, sc(p), mask(p, x))) if getattr(p, "negative", 0) else None),
         Mistake("state rescaled with the tile's max instead of the running max",
@@ -220,7 +230,7 @@ def forward_mistakes(Mistake, bc, keep=None):
                 "(m2 * ln 2) and add logf(l), or take (m2 + log2f(l)) * ln 2; (m2 + logf(l)) * ln 2 scales the log "
                 "term by ln 2.",
                 lambda p, x: dict(L=_lse_with_log_scaled(p, x, sc(p), mask(p, x), float(np.log(2.0))))),
-        Mistake("L in base 2", "L is the natural-log logsumexp: L = m + logf(l), not m + log2f(l).",
+        Mistake("L in base 2", "L is the natural-log logsumexp: L = m + log(l) (logf in CUDA C), not m + log2(l).",
                 lambda p, x: dict(L=_lse_with_log_scaled(p, x, sc(p), mask(p, x), 1.0 / float(np.log(2.0))))),
         *([] if keep is not None else [unmasked_tail_mistake(Mistake, bc), Mistake(
             "row max taken before the mask",
@@ -234,7 +244,8 @@ def forward_mistakes(Mistake, bc, keep=None):
                 if not np.isclose(sc(p), 1.0 / np.sqrt(p.d)) else None),
         Mistake("scale never applied", "scores are scale * (q . k); multiply once.",
                 lambda p, x: as_dict(correct(p, x, scale=1.0))),
-        Mistake("scale applied twice", "scores are scale * (q . k); multiply once.",
+        Mistake("scale applied twice", "scores are scale * (q . k); multiply once"
+                " (at the default scale 1/sqrt(d) the same numbers come from dividing by d instead of sqrt(d)).",
                 lambda p, x: as_dict(correct(p, x, scale=sc(p) ** 2))),
     ]
 

@@ -68,7 +68,8 @@ exercise(
         SCALE_FROM_D,
         Mistake("scale never applied", "S = scale * Q K^T; multiply the dot product by scale.",
                 lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], 1.0))),
-        Mistake("scale applied twice", "multiply by scale once.",
+        Mistake("scale applied twice", "multiply by scale once"
+                " (at the default scale 1/sqrt(d) the same numbers come from dividing by d instead of sqrt(d)).",
                 lambda p, x: dict(S=ref.scaled_scores(x["Q"], x["K"], float(_scale(p)) ** 2))),
         Mistake("K indexed as if stored transposed", "K is row-major [N, d] like Q: feature k of key j is "
                 "K[j*d + k], so S[i, j] = scale * sum_k Q[i*d + k] * K[j*d + k] (both read along a row).",

@@ -12,7 +12,7 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..checks import PRODUCT_NAN, Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, tile_skipping_io
+from ._attention import extreme_scores, forward_magnitude, forward_mistakes, forward_with_mask, tile_skipping_io
 
 MODULE = "08_tensor_cores"
 F16, F32 = np.float16, np.float32
@@ -261,7 +261,8 @@ exercise(
     mistakes=[
         Mistake("scale never applied", "multiply each score by scale once.",
                 lambda p, x: dict(S=_scores(x["Q"], x["K"], 1.0))),
-        Mistake("scale applied twice", "multiply each score by scale once.",
+        Mistake("scale applied twice", "multiply each score by scale once"
+                " (at the default scale 1/sqrt(d) the same numbers come from dividing by d instead of sqrt(d)).",
                 lambda p, x: dict(S=_scores(x["Q"], x["K"], _qk_scale(p) ** 2))),
         Mistake("K loaded with .trans",
                 "for S = Q K^T the B operand is K^T, and column n of K^T is row n of K: a row of K already holds "
@@ -288,6 +289,7 @@ def _flash_draw(p, rng):
         k[..., 0] += np.linspace(0.0, 6.0, p.N)
     if getattr(p, "steep", 0):  # a causal row's later keys (the masked ones) score far above its own
         k[..., 0] += np.arange(p.N) * (p.steep / float(_flash_scale(p)))
+    extreme_scores(p, q, k)
     return dict(Q=q, K=k, V=v)
 
 
@@ -299,8 +301,14 @@ def _flash_scale(p):
     return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
 
 
+def _half_bits_as_bf16(a):
+    """Values rounded to fp16 whose 16 bits are then read as a bfloat16."""
+    bits = np.asarray(a, np.float64).astype(np.float16).view(np.uint16)
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
 def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transposed=False, rows_paired=False,
-                alpha_rows_swapped=False):
+                alpha_rows_swapped=False, alpha_by_column=False, k_transposed=False, p_bits_as_bf16=False):
     """The forward as the tensor-core kernel computes it, in float64, tile of 64 keys by tile
     (causal when ``p.causal``: a block walks up to the tile holding its last row, and keys past a
     row are masked), with switches for its fragment mistakes:
@@ -318,12 +326,19 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
       as those rows: the kernel's row index is wrong for both).
     * ``alpha_rows_swapped``: the accumulator of row g rescaled with row g + 8's factor and the
       reverse (alpha[1 - e / 2] on the output fragment), l with its own.
+    * ``alpha_by_column``: the output fragment rescaled with alpha[e % 2]: float e (row g + 8 * (e / 2),
+      column 2t + e % 2) takes its own row's factor only where e / 2 == e % 2, the other row's elsewhere.
+    * ``k_transposed``: K read with .trans: every 8 x 8 block of K used transposed in the scores.
+    * ``p_bits_as_bf16``: P packed as fp16 bits that the bfloat16 mma reads as bfloat16 (l is summed
+      from the float p, right).
     """
     scale = float(_flash_scale(p))
     q = _pad(_f64(x["Q"]), -2, TILE)  # query rows past N are zeros in the kernel's Q tile
     k, v = _pad(_f64(x["K"]), -2, TILE), _pad(_f64(x["V"]), -2, TILE)
     if v_transposed:
         v = _blocks8_transposed(v)
+    if k_transposed:
+        k = _blocks8_transposed(k)
     nk = k.shape[-2]
     lane_of_key = (np.arange(TILE) % 8) // 2
     lane_of_col = (np.arange(p.d) % 8) // 2
@@ -351,9 +366,14 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
             sh = probs.shape
             probs = probs.reshape(*sh[:-2], sh[-2] // 16, 2, 8, TILE // 16, 2, 8)
             probs = probs.swapaxes(-5, -2).reshape(sh)
-        alpha_acc = alpha[..., (query // 16 * 16 + (query % 16 + 8) % 16)[:alpha.shape[-2]], :] \
-            if alpha_rows_swapped else alpha
-        acc_new = alpha_acc[..., lane_of_col] * acc + probs @ v[..., start:start + TILE, :]
+        if p_bits_as_bf16:
+            probs = _half_bits_as_bf16(probs)
+        partner = alpha[..., (query // 16 * 16 + (query % 16 + 8) % 16)[:alpha.shape[-2]], :]
+        alpha_acc = (partner if alpha_rows_swapped else alpha)[..., lane_of_col]
+        if alpha_by_column:  # own row's factor where the column's parity equals the row's half (e / 2 == e % 2)
+            own = (query % 16 // 8)[:, None] == (np.arange(p.d) % 2)[None, :]
+            alpha_acc = np.where(own, alpha_acc, partner[..., lane_of_col])
+        acc_new = alpha_acc * acc + probs @ v[..., start:start + TILE, :]
         # Causal: tiles past a block's own are never visited (for a lane that has seen no key yet,
         # a visit would not be a no-op: alpha = exp(-inf - 0) = 0 clears its share of the output).
         visits = (query // TILE >= start // TILE)[:, None] if causal else True
@@ -401,6 +421,15 @@ FLASH_MISTAKES = [
             "V is stored key-major (a row holds consecutive d), but the B operand of P V needs two consecutive "
             "keys of one column d in a register: load V with ldmatrix_x4_trans.",
             lambda p, x: dict(O=_tc_forward(p, x, v_transposed=True)["O"])),
+    Mistake("K loaded with .trans",
+            "for S = Q K^T the B operand is K^T, and column n of K^T is row n of K: a row of K already holds "
+            "consecutive d, so the plain ldmatrix_x4 gives the B fragment (V, key-major for P V, is the one that "
+            "needs .trans). With .trans every 8 x 8 block of K is used transposed.",
+            lambda p, x: _tc_forward(p, x, k_transposed=True)),
+    Mistake("output rescaled with alpha[e % 2]",
+            "output fragment float e belongs to row g + 8 * (e / 2) and column 2t + e % 2: multiply o[n][e] by "
+            "alpha[e / 2], its row's factor; e % 2 picks by column, which gives half the floats the other row's.",
+            lambda p, x: dict(O=_tc_forward(p, x, alpha_by_column=True)["O"]) if p.N > TILE else None),
     Mistake(C_ROWS[0], C_ROWS[1] + " Here that is the row each lane writes of O and L.",
             lambda p, x: _tc_forward(p, x, rows_paired=True)),
     Mistake("output rescaled with the other row's factor",
@@ -417,6 +446,12 @@ FLASH_CASES = [  # the race check runs on the first case: two key tiles, so the 
     case("rising_max", B=1, H=1, N=200, rising=True, seed=4),
     case("large_logits", B=1, H=1, N=100, spread=8.0, seed=5),
     case("batches_and_heads", B=2, H=2, N=70, seed=6),
+    # extreme but legal logits, as module 04's: every score near -150 (a max that starts at 0 underflows
+    # every exp), the first tile's keys 100 above the rest (the running max, not the tile's), a scale
+    # that is not 1/sqrt(d)
+    case("scores_below_minus_87", B=1, H=1, N=150, negative=150.0, seed=7),
+    case("falling_max", B=1, H=1, N=200, falling=100.0, seed=8),
+    case("other_scale", B=1, H=1, N=96, scale=0.3, seed=9),
     hidden("sizes_127", B=1, H=2, N=127),
     hidden("sizes_191_rising", B=1, H=1, N=191, rising=True),
     hidden("custom_scale", B=1, H=1, N=96, scale=0.3),
@@ -432,6 +467,7 @@ CAUSAL_CASES = [
     case("steep_rise", B=1, H=1, N=130, steep=0.25, seed=5),
     case("batches_and_heads", B=2, H=2, N=70, seed=6),
     case("custom_scale", B=1, H=1, N=100, scale=0.3, seed=7),
+    case("scores_below_minus_87", B=1, H=1, N=150, negative=150.0, seed=8),
     hidden("sizes_191_rising", B=1, H=1, N=191, rising=True),
     hidden("heads_127", B=1, H=3, N=127),
     hidden("large_logits", B=1, H=1, N=150, spread=8.0),
@@ -551,7 +587,14 @@ def _on_values(m):
     return Mistake(m.name, m.explain, lambda p, x, wrong=m.wrong: wrong(p, _bf16_as_values(x)))
 
 
-BF16_FLASH_MISTAKES = [_on_values(m) for m in FLASH_MISTAKES + forward_mistakes(Mistake, TILE)]
+P_PACKED_AS_HALF = Mistake(
+    "P packed as fp16 in the bfloat16 build",
+    "mma_m16n8k16_bf16 reads P's registers as bfloat16: pack p with the element type's conversion "
+    "(__floats2bfloat162_rn, or a helper chosen by elem), not __floats2half2_rn; fp16 bits read as bfloat16 "
+    "make every p at most 2^-7 of itself, while l, summed from the floats, stays right.",
+    lambda p, x: _tc_forward(p, x, p_bits_as_bf16=True))
+
+BF16_FLASH_MISTAKES = [_on_values(m) for m in FLASH_MISTAKES + [P_PACKED_AS_HALF] + forward_mistakes(Mistake, TILE)]
 
 
 def _flash_exercise(head_dim, bf16=False, causal=False):
@@ -563,7 +606,7 @@ def _flash_exercise(head_dim, bf16=False, causal=False):
         mistakes = _causal_mistakes(_bfloat16 if bf16 else _half) + FLASH_MISTAKES + forward_mistakes(
             Mistake, TILE, keep=_causal_keep)
         if bf16:
-            mistakes = [_on_values(m) for m in mistakes]
+            mistakes = [_on_values(m) for m in mistakes + [P_PACKED_AS_HALF]]
     else:
         mistakes = BF16_FLASH_MISTAKES if bf16 else FLASH_MISTAKES + forward_mistakes(Mistake, TILE)
     elem = "__nv_bfloat16" if bf16 else "__half"

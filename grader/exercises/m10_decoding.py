@@ -344,7 +344,8 @@ SPLIT_MISTAKES = [
                                lambda: _as_split(partials(p, x, scale=float(F32(1 / np.sqrt(p.d))))))),
     Mistake("scale never applied", "scores are scale * (q . k); multiply once.",
             lambda p, x: _as_split(partials(p, x, scale=1.0))),
-    Mistake("scale applied twice", "scores are scale * (q . k); multiply once.",
+    Mistake("scale applied twice", "scores are scale * (q . k); multiply once"
+            " (at the default scale 1/sqrt(d) the same numbers come from dividing by d instead of sqrt(d)).",
             lambda p, x: _as_split(partials(p, x, scale=float(scale_of(p)) ** 2))),
     Mistake("expf on scores in the log2 domain",
             "q is multiplied by scale * log2(e), so the scores are in base 2: exponentiate them with exp2f (expf "

@@ -68,6 +68,17 @@ WRONG = [
      "'bnhd_layout'"),
     (BACKWARD, "keys past N not masked in dQ", "p = tl.where(cols[None, :] < N, p, 0.0)", "p = p + 0.0",
      "'all_scores_below_minus_87'"),
+    (BACKWARD, "dK scaled by scale * log2(e)", "dk * scale, mask=inside)", "dk * scale * LOG2E, mask=inside)",
+     "dK scaled by scale * log2(e)"),
+    (FLASH, "running max starts at 0", 'm_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)',
+     "m_i = tl.zeros((BLOCK_M,), tl.float32)", "running max starts at 0"),
+    # out-of-bounds accesses are stopped before the interpreter makes them (a store used to kill the process)
+    (FLASH, "L stored without its row mask", "(m_i + tl.log2(l_i)) / 1.4426950408889634, mask=rows < N)",
+     "(m_i + tl.log2(l_i)) / 1.4426950408889634)", "the kernel made a tl.store outside every tensor"),
+    (FLASH, "K's last two strides swapped", "*k.stride(),", "k.stride(0), k.stride(1), k.stride(3), k.stride(2),",
+     "the kernel made a tl.load outside every tensor"),
+    ("triton_softmax", "a program per column", "softmax_kernel[(rows,)]", "softmax_kernel[(cols,)]",
+     "the kernel made a tl.load outside every tensor"),
 ]
 
 

@@ -63,6 +63,21 @@ def test_plain_add_across_blocks():
     assert "threads of different blocks are never ordered" in msg and "atomicAdd" in msg
 
 
+def test_a_store_that_maps_two_lanes_to_one_element_is_named_as_an_index_error():
+    # The lane -> row mapping of a fragment written with t for g: lanes 0 and 4 both store row 0.
+    code = """
+    extern "C" __global__ void rows(float* out) {
+        const int lane = threadIdx.x % 32, t = lane % 4;
+        out[t * 8 + lane / 16] = lane;
+    }
+    """
+    e = race(kernel(code, "rows"), (1, 1, 1), (32, 1, 1), [np.zeros(32, np.float32)])
+    msg = str(e)
+    assert "write-write race" in msg and "several threads store to the same element from one line" in msg
+    assert "the index maps two threads to one element" in msg and "if (t == 0)" in msg
+    assert "updates get lost" not in msg
+
+
 def test_plain_write_across_blocks_is_write_write():
     code = """
     extern "C" __global__ void last_wins(float* out) {
