@@ -88,6 +88,7 @@ HOPPER_KERNELS = (
      "tma_matmul.cu", "tma_matmul", 384),
 )
 HOPPER_STAGES = 4
+HOPPER_BM, HOPPER_BN, HOPPER_BK = 128, 256, 32  # the tile both Hopper kernels #define (the tuned build's)
 
 
 def hopper_source(file: str) -> str:
@@ -152,8 +153,10 @@ def hopper_launches(a, b, c, want) -> dict:
         print("matmul_parts: the Hopper rows need an sm_90 GPU and nvcc; skipped", flush=True)
         return {}
     size = a.shape[0]
-    maps = {"tma_copy": tensor_map(a, 32, 128, 0) + tensor_map(b, 256, 32, 0),
-            "tma_matmul": tensor_map(a, 32, 128, 2) + tensor_map(b, 64, 32, 3)}
+    bm, bn, bk = HOPPER_BM, HOPPER_BN, HOPPER_BK
+    # tma_copy: dense boxes; tma_matmul: A with the 64-byte swizzle, B as 64-column boxes with the 128-byte one
+    maps = {"tma_copy": tensor_map(a, bk, bm, 0) + tensor_map(b, bn, bk, 0),
+            "tma_matmul": tensor_map(a, bk, bm, 2) + tensor_map(b, 64, bk, 3)}
     launches = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, _, file, kernel, threads in HOPPER_KERNELS:
@@ -162,10 +165,10 @@ def hopper_launches(a, b, c, want) -> dict:
             subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", f"-I{INCLUDE_DIR}", f"-I{HOPPER}",
                             f"-DSTAGES={HOPPER_STAGES}", "-o", str(cubin), str(tu)], check=True)
             fn = cupy.RawModule(path=str(cubin)).get_function(kernel)
-            smem = HOPPER_STAGES * (128 * 32 + 32 * 256) * 2 + 1024  # + the 1024-byte alignment the swizzle needs
+            smem = HOPPER_STAGES * (bm * bk + bk * bn) * 2 + 1024  # + the 1024-byte alignment the swizzle needs
             fn.max_dynamic_shared_size_bytes = smem
             map_bytes = cupy.asarray(np.frombuffer(maps[kernel], np.uint8))
-            grid, block = (size // 256, size // 128), (threads,)
+            grid, block = (size // bn, size // bm), (threads,)
             dims = (np.int32(size), np.int32(size), np.int32(size))
             if kernel == "tma_copy":
                 counts = cupy.zeros(grid[0] * grid[1] + 1, cupy.float32)
@@ -174,7 +177,8 @@ def hopper_launches(a, b, c, want) -> dict:
                 args = (map_bytes, c, *dims)
             launch = (lambda fn=fn, grid=grid, block=block, args=args, smem=smem:
                       fn(grid, block, args, shared_mem=smem))
-            c.fill(np.nan)
+            if kernel == "tma_matmul":
+                c.fill(np.nan)
             launch()
             cupy.cuda.Device().synchronize()
             if kernel == "tma_copy" and float(counts[-1]):

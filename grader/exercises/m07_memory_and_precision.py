@@ -294,7 +294,7 @@ def _half_cases(d):
         case("other_scale", B=1, H=1, N=64, d=d, scale=0.3, seed=11),
         hidden("sizes_127", B=1, H=2, N=127, d=d),
         hidden("sizes_129_rising", B=2, H=1, N=129, d=d, rising=True),
-        hidden("custom_scale", B=1, H=1, N=64, d=d, scale=0.3),
+        hidden("custom_scale_ragged", B=1, H=1, N=127, d=d, scale=0.2),
     ]
 
 

@@ -454,7 +454,7 @@ FLASH_CASES = [  # the race check runs on the first case: two key tiles, so the 
     case("other_scale", B=1, H=1, N=96, scale=0.3, seed=9),
     hidden("sizes_127", B=1, H=2, N=127),
     hidden("sizes_191_rising", B=1, H=1, N=191, rising=True),
-    hidden("custom_scale", B=1, H=1, N=96, scale=0.3),
+    hidden("custom_scale_ragged", B=1, H=1, N=127, scale=0.2),
 ]
 
 # -DCAUSAL=1. The race check runs on the first case too: block 1 loads a second key tile over the
