@@ -98,6 +98,30 @@ ABLATIONS = {
     "exp2f instead of fast_exp2": (("#include <cuda_bf16.h>\n", "#include <cuda_bf16.h>\n#define fast_exp2 exp2f\n"),),
     "__launch_bounds__(32 * WARPS) on the kernel": ((
         'extern "C" __global__ void capstone_fwd(', 'extern "C" __global__ void __launch_bounds__(WARPS * 32) capstone_fwd('),),
+    "the copy loop strided from threadIdx.x (trip count unknown to the compiler)": ((
+        """    const int r = threadIdx.x / CHUNKS, col = threadIdx.x % CHUNKS * 8;
+    dst += r * STRIDE + col;
+    if (row0 + ROWS <= N) {
+        src += (size_t)(row0 + r) * HEAD_DIM + col;
+#pragma unroll
+        for (int i = 0; i < ROWS / PASS; ++i) cp_async_cg16(dst + i * PASS * STRIDE, src + i * PASS * HEAD_DIM);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS / PASS; ++i) {
+            const int row = row0 + r + i * PASS;
+            cp_async_cg16_zfill(dst + i * PASS * STRIDE, src + (size_t)(row < N ? row : 0) * HEAD_DIM + col,
+                                row < N ? 16 : 0);
+        }
+    }
+""",
+        """#pragma unroll
+    for (int c = threadIdx.x; c < ROWS * HEAD_DIM / 8; c += WARPS * 32) {
+        const int r = c / (HEAD_DIM / 8), col = c % (HEAD_DIM / 8) * 8;
+        const bool inside = row0 + r < N;
+        cp_async_cg16_zfill(dst + r * STRIDE + col, src + (size_t)(inside ? row0 + r : 0) * HEAD_DIM + col,
+                            inside ? 16 : 0);
+    }
+"""),),
     "every score scaled before the max (a multiply per score)": (
         ("            for (int e = 0; e < 4; ++e) {\n                if (MASKED) {",
          "            for (int e = 0; e < 4; ++e) {\n                s[rg][n][e] *= scale_log2;\n                if (MASKED) {"),
@@ -154,6 +178,25 @@ def gpu_main(out: Path, source: str, repeats: int = 3, seqs=SEQS, configs=m11.CO
         save()
 
 
+def ablation_main(out: Path, source: str):
+    """The ablation rows again, beside the kept results of results/capstone.json (same GPU model
+    required): for a change to ABLATIONS without a new sweep. Writes DIR/capstone.json whole."""
+    cap = json.loads((RESULTS / "capstone.json").read_text())
+    device = benchmark._device_name()
+    if {r.get("device") for r in cap["bench"]} != {device}:
+        raise SystemExit(f"results/capstone.json was measured on another GPU than this {device}: run the whole bench")
+    cap["ablation"] = []
+    for t in cap["tuned"]:
+        if t["dtype"] != "fp16":
+            continue
+        key = (t["dtype"], t["d"], t["causal"])
+        cfg = {k: t[k] for k in m11.SPACE}
+        kept = next(r["tflops"] for r in cap["bench"] if (r["dtype"], r["d"], r["causal"], r["S"]) == key + (SEQS[0],))
+        cap["ablation"] += ablation(source, *key, cfg, kept)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "capstone.json").write_text(json.dumps(cap, indent=1) + "\n")
+
+
 def emulator_main(source: str):
     """The tuned build of every configuration checked on the emulator's visible cases."""
     for (dtype, d, causal), cfg in m11.tuned_configs().items():
@@ -171,11 +214,15 @@ if __name__ == "__main__":
     ap.add_argument("--merge", action="store_true", help="merge the records into results/gpu_evidence.json")
     ap.add_argument("--source", type=Path, help="time this kernel file instead of the instructor notebook's")
     ap.add_argument("--dtypes", default="fp16,bf16", help="the configurations of these dtypes only")
+    ap.add_argument("--ablation-only", action="store_true",
+                    help="time only the ablation rows, at the choices and S = 4096 speeds of results/capstone.json")
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)), help="sequence lengths the tuned kernel is timed at")
     a = ap.parse_args()
     code = a.source.read_text() if a.source else solution_source("capstone_fwd_d64")
     if a.mode == "emulator":
         emulator_main(code)
+    elif a.ablation_only:
+        ablation_main(a.out, code)
     else:
         gpu_main(a.out, code, seqs=[int(s) for s in a.seqs.split(",")],
                  configs=[c for c in m11.CONFIGS if c[0] in a.dtypes.split(",")])

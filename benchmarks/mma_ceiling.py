@@ -4,7 +4,7 @@ can deliver when nothing else runs, no memory traffic, no softmax, only independ
 
 Every kernel of modules 08-09 is built on this instruction, so its ceiling bounds them; cuBLAS and
 SDPA's cuDNN backend use Hopper's `wgmma` instead. The numbers go to
-results/mma_ceiling.json, read by module 09's reading.
+results/mma_ceiling.json (one set of rows per GPU model), read by the readings of modules 09 and 11.
 
     python benchmarks/mma_ceiling.py gpu      # on a GPU
     python benchmarks/mma_ceiling.py emulator # the kernel's result checked on the emulator (tiny launch)
@@ -69,7 +69,9 @@ def gpu_main(out: Path):
             rows.append(dict(dtype=dtype, warps_per_sm=warps_per_sm, ms=round(ms, 4), tflops=round(flops / ms / 1e9, 1),
                              device=name))
             print(rows[-1], flush=True)
-    out.write_text(json.dumps(rows, indent=1) + "\n")
+    # rows of other GPU models stay: each reading takes the ceiling of the GPU its own records come from
+    kept = [r for r in json.loads(out.read_text()) if r.get("device") != name] if out.exists() else []
+    out.write_text(json.dumps(kept + rows, indent=1) + "\n")
 
 
 def emulator_main():

@@ -1,6 +1,7 @@
 """``python -m grader bench capstone FILE``: module 11's kernel timed in every configuration
-(fp16/bf16 x d 64/128 x causal/not) with the launch choices tuned on the H100, beside SDPA's flash
-backend (the target) and cuDNN. Each build is checked on its visible cases before it is timed."""
+(fp16/bf16 x d 64/128 x causal/not) with the launch choices of the committed GPU run
+(benchmarks/results/capstone.json), beside SDPA's flash backend (the target) and cuDNN. Each build
+is checked on its visible cases before it is timed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def bench_capstone(kernel, *, seqs=(4096,), configs=None, choices: dict | None =
     """Check and time ``kernel`` (its source, or the kernel ``%%cuda`` made) in each of ``configs``
     ((dtype, d, causal) triples; default all 8) at B=4, H=16 and every S of ``seqs``. The launch
     choices are ``choices`` where given (one dict for every configuration), else the ones tuned on
-    the H100 (benchmarks/results/capstone.json), else the graded rows' (m11_capstone.CONFIG)."""
+    the committed GPU run (benchmarks/results/capstone.json), else the graded rows' (m11_capstone.CONFIG)."""
     if active_backend() != "gpu":
         raise BackendUnavailableError(
             "python -m grader bench capstone times your kernel on a GPU; the CPU emulator does not model speed. "

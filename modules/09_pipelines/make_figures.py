@@ -386,14 +386,15 @@ def ladder_records() -> dict:
     return found
 
 
-def ceiling() -> dict:
-    """The best TFLOP/s of mma.sync alone per dtype (benchmarks/mma_ceiling.py), if measured."""
+def ceiling(device: str | None) -> dict:
+    """The best TFLOP/s of mma.sync alone per dtype (benchmarks/mma_ceiling.py) on ``device``, if measured there."""
     if not CEILING.exists():
         print(f"no mma.sync ceiling in the ladder: {CEILING.relative_to(ROOT)} does not exist yet")
         return {}
     best = {}
     for r in json.loads(CEILING.read_text()):
-        best[r["dtype"]] = max(best.get(r["dtype"], 0.0), r["tflops"])
+        if r.get("device") == device:
+            best[r["dtype"]] = max(best.get(r["dtype"], 0.0), r["tflops"])
     return best
 
 
@@ -403,7 +404,7 @@ def fig_ladder() -> str:
                for dtype, d, causal in CONFIGS if (kernel, dtype, d, causal) not in found]
     if missing:
         print(f"ladder: {len(missing)} records not in {EVIDENCE.relative_to(ROOT)} yet: " + "; ".join(missing))
-    roof = ceiling()
+    roof = ceiling(next((r.get("device") for r in found.values()), None))
     colors = [GREY, BLUE, ORANGE, GREEN]
     fig, ax = plt.subplots(figsize=(11.5, 4.4))
     width = 0.16
@@ -540,7 +541,7 @@ def table_matmul() -> str:
                      f"{tuned['WARPS_N']} warps, BK {tuned['BK']}, {tuned['STAGES']} stages",
                      f"{tuned['tflops']:.4g}", f"{tuned['ratio']:.2f}×"])
     rows.append(["cuBLAS (`cupy.matmul`, fp16, Hopper's `wgmma`)", f"{cublas:.4g}", "1.00×"])
-    roof = ceiling().get("fp16")
+    roof = ceiling(pipe.get("device")).get("fp16")
     if roof:
         rows.append(["`mma.sync` alone, no memory (`benchmarks/mma_ceiling.py`)", f"{roof:.4g}", f"{roof / cublas:.2f}×"])
     sweep = ""

@@ -274,7 +274,7 @@ def bytes_per_flop(warp_rows: int, q_in_regs: bool, tile: int) -> float:
     return 1 / warp_rows + (0 if q_in_regs else 1 / (2 * tile))
 
 
-def table_traffic(roof: dict) -> str:
+def table_traffic(roof: dict, device: str) -> str:
     rows, below = [], []
     mma = roof.get("fp16")
     for warp_rows in SPACE["WARP_ROWS"]:
@@ -288,7 +288,7 @@ def table_traffic(roof: dict) -> str:
                     below.append(f"WARP_ROWS = {warp_rows} with Q in {where}")
     verdict = ""
     if mma:
-        verdict = (f"\nShared memory alone holds these below the fp16 `mma.sync` ceiling measured on the H100 "
+        verdict = (f"\nShared memory alone holds these below the fp16 `mma.sync` ceiling measured on the {device} "
                    f"({mma:.4g} TFLOP/s, section 10): " + ("; ".join(below) if below else "none of them") + ".\n")
     return (markdown_table(["WARP_ROWS", "Q fragments from", "TILE", "shared bytes per FLOP",
                             f"TFLOP/s that {SMEM_TBPS:g} TB/s of shared memory can feed"], rows)
@@ -378,15 +378,16 @@ def table_registers(sweep: list[dict]) -> str:
 # --------------------------------------------------------------------------- 4. one exponential per score
 
 
-def ceiling(data: list[dict] | None) -> dict:
-    """The best TFLOP/s of mma.sync alone per dtype (benchmarks/mma_ceiling.py)."""
+def ceiling(data: list[dict] | None, device: str | None) -> dict:
+    """The best TFLOP/s of mma.sync alone per dtype (benchmarks/mma_ceiling.py) on ``device``."""
     best = {}
     for r in data or []:
-        best[r["dtype"]] = max(best.get(r["dtype"], 0.0), r["tflops"])
+        if r.get("device") == device:
+            best[r["dtype"]] = max(best.get(r["dtype"], 0.0), r["tflops"])
     return best
 
 
-def table_exp(roof: dict) -> str:
+def table_exp(roof: dict, device: str) -> str:
     """Time of one exponential against the time of the 4d matmul FLOPs of the same score."""
     mma = roof.get("fp16")
     rows = []
@@ -394,7 +395,7 @@ def table_exp(roof: dict) -> str:
         cells = [d, 4 * d, f"{WGMMA_FP16_TFLOPS / (MUFU_TOPS * 4 * d):.2f}", f"{WGMMA_FP8_TFLOPS / (MUFU_TOPS * 4 * d):.2f}"]
         cells.append(f"{mma / (MUFU_TOPS * 4 * d):.2f}" if mma else "–")
         rows.append(cells)
-    note = (f"the fp16 `mma.sync` ceiling measured on the H100, {mma:.4g} TFLOP/s (`benchmarks/results/mma_ceiling.json`)"
+    note = (f"the fp16 `mma.sync` ceiling measured on the {device}, {mma:.4g} TFLOP/s (`benchmarks/results/mma_ceiling.json`)"
             if mma else "the `mma.sync` ceiling: not measured yet")
     return (markdown_table(["d", "matmul FLOPs per score (4d)", f"exp ÷ matmul time at {WGMMA_FP16_TFLOPS:.0f} TFLOP/s (fp16 wgmma)",
                             f"at {WGMMA_FP8_TFLOPS:.0f} TFLOP/s (fp8 wgmma)", "at the mma.sync ceiling"], rows)
@@ -564,33 +565,40 @@ def lazy_sentence(ok: list[dict]) -> str:
 
 def table_shape09(cap: dict, evidence: dict | None) -> str | None:
     """The capstone at module 09's exercise launch (8 warps x 16 rows, TILE 64, 2 stages, Q in
-    registers) against module 09's padded kernel tc_flash_fwd_pipe at S = 4096."""
+    registers) against module 09's padded kernel tc_flash_fwd_pipe at S = 4096, each as a speed over
+    SDPA flash timed beside it: the two runs may come from different GPU models."""
     if evidence is None:
         return None
     m09 = {(r["dtype"], r["d"], r["causal"]): r for r in evidence["bench"]
            if r["kernel"].startswith("tc_flash_fwd_pipe_d") and r.get("S") == 4096}
+    flash = {k[:3]: r["baseline_tflops"] for k, r in bench_records(cap).items() if k[3] == 4096}
     # module 09's exercise launch; it rescales the accumulator in every tile
     same = dict(WARPS=8, WARP_ROWS=16, TILE=64, STAGES=2, Q_IN_REGS=1, LAZY_RESCALE=0)
     rows, ratios = [], {False: [], True: []}
     for key in present(cap):
         r = next((r for r in cap["sweep"] if (r["dtype"], r["d"], r["causal"]) == key and r["status"] == "ok"
                   and all(r.get(c, v) == v for c, v in same.items())), None)
-        if r is None or key not in m09:
+        if r is None or key not in m09 or key not in flash:
             continue
-        ratio = r["tflops"] / m09[key]["tflops"]
+        mine = r["tflops"] / flash[key]
+        ratio = mine / m09[key]["ratio"]
         ratios[key[2]].append(ratio)
-        rows.append([key[0], key[1], yes(key[2]), f"{m09[key]['tflops']:.4g} ({m09[key]['ratio']:.2f}×)",
-                     f"{r['tflops']:.4g}", f"{ratio:.2f}×", f"{best_of(cap, key)['tflops']:.4g}"])
+        rows.append([key[0], key[1], yes(key[2]), f"{m09[key]['ratio']:.2f}×", f"{mine:.2f}×", f"{ratio:.2f}×",
+                     f"{best_of(cap, key)['tflops'] / flash[key]:.2f}×"])
     if not rows:
         return None
+    devices = (next(iter(m09.values())).get("device", "GPU"), cap["bench"][0].get("device", "GPU"))
+    where = (f"both on the {devices[0]}, in different runs" if devices[0] == devices[1] else
+             f"module 09's on the {devices[0]}, the capstone's on the {devices[1]}")
     summary = " ".join(f"{'With' if causal else 'Without'} the causal mask the capstone at module 09's launch runs at "
-                       f"{span(v, '{:.2f}×')} module 09's TFLOP/s." for causal, v in ratios.items() if v)
-    return (markdown_table(["dtype", "d", "causal", "09 tc_flash_fwd_pipe (× SDPA flash)",
-                            "capstone, same launch (sweep)", "capstone ÷ 09", "capstone, kept choices (sweep)"], rows)
+                       f"{span(v, '{:.2f}×')} module 09's speed (each over SDPA flash)." for causal, v in ratios.items() if v)
+    return (markdown_table(["dtype", "d", "causal", "09 tc_flash_fwd_pipe", "capstone, same launch (sweep)",
+                            "capstone ÷ 09", "capstone, kept choices (sweep)"], rows)
             + "\n*Generated by `make_figures.py` from `benchmarks/results/gpu_evidence.json` (module 09's bench records, "
               "S = 4096) and the sweep of `benchmarks/results/capstone.json` ("
             + ", ".join(f"{c} = {v}" for c, v in same.items()) + " where the sweep has the choice: module 09's "
-              "128-row blocks). Both on the same H100 model, in different runs.*\n\n"
+              "128-row blocks). Every speed is over SDPA flash's at the same configuration, timed on the same GPU "
+              f"({where}).*\n\n"
             + summary + "\n")
 
 
@@ -746,12 +754,15 @@ def table_ceiling(rows: dict, roof: dict, cap: dict, evidence: dict | None) -> s
         lines.append(f"The fp16 ceiling itself is {roof['fp16'] / WGMMA_FP16_TFLOPS:.2f} of the datasheet's dense fp16 "
                      f"peak ({WGMMA_FP16_TFLOPS:.0f} TFLOP/s).")
     gemm = next((r for r in (evidence or {}).get("bench", []) if r["kernel"] == "mma_matmul_pipe"), None)
-    if gemm and "fp16" in roof:
-        lines.append(f"cuBLAS's fp16 matmul at 4096³ (module 09's table) runs at {gemm['baseline_tflops']:.4g} TFLOP/s, "
-                     f"{gemm['baseline_tflops'] / roof['fp16']:.2f}× the ceiling.")
+    gemm_roof = ceiling(load(CEILING), gemm.get("device")).get("fp16") if gemm else None
+    if gemm_roof:
+        lines.append(f"cuBLAS's fp16 matmul at 4096³ (module 09's table, {gemm.get('device')}) runs at "
+                     f"{gemm['baseline_tflops']:.4g} TFLOP/s, {gemm['baseline_tflops'] / gemm_roof:.2f}× the ceiling "
+                     "measured on that GPU.")
+    device = next((r["device"] for r in recs if r.get("device")), "the GPU of the records")
     return (out + f"\n*Generated by `make_figures.py`: at S = 4096, each kernel's TFLOP/s (as in the ladder) over the "
-                  f"best `mma.sync` rate of `benchmarks/results/mma_ceiling.json` for its dtype, and cuDNN's over the "
-                  f"datasheet's dense fp16 peak.*\n\n" + " ".join(lines) + "\n")
+                  f"best `mma.sync` rate of `benchmarks/results/mma_ceiling.json` for its dtype on the same GPU model "
+                  f"({device}), and cuDNN's over the datasheet's dense fp16 peak.*\n\n" + " ".join(lines) + "\n")
 
 
 def table_ablation(cap: dict) -> str | None:
@@ -768,6 +779,10 @@ def table_ablation(cap: dict) -> str | None:
     body += [[ch] + [f"{got[(d, c, ch)]:.4g} ({got[(d, c, ch)] / kept[(d, c)]:.2f}×)" for d, c in keys] for ch in changes]
     one_body = [got[(d, c, changes[0])] / kept[(d, c)] for d, c in keys]
     text = f"With the mask code in every tile the kernel runs at {span(one_body)} of its speed."
+    copy = next((ch for ch in changes if ch.startswith("the copy loop")), None)
+    if copy:
+        text += (" With the copy loop strided from `threadIdx.x`, " + span([got[(d, c, copy)] / kept[(d, c)] for d, c in keys])
+                 + ".")
     scaled = next((ch for ch in changes if ch.startswith("every score scaled")), None)
     if scaled:
         by_d = {d: [got[(d, c, scaled)] / kept[(d, c)] for dd, c in keys if dd == d] for d, _ in keys}
@@ -837,8 +852,10 @@ def main() -> None:
     fig_example(plans)
     tuned = m11.tuned_configs()
     cap, evidence, triton = load(CAPSTONE), load(EVIDENCE), load(TRITON)
-    roof = ceiling(load(CEILING))
-    tables = {"example": table_example(plans), "traffic": table_traffic(roof), "exp": table_exp(roof),
+    # the ceiling of the GPU model the capstone's own records were measured on
+    device = next((r["device"] for r in (cap or {}).get("bench", []) if r.get("device")), None)
+    roof = ceiling(load(CEILING), device)
+    tables = {"example": table_example(plans), "traffic": table_traffic(roof, device), "exp": table_exp(roof, device),
               "io": table_io(tuned), "mask_share": table_mask_share(tuned)}
     wavefronts = table_wavefronts()
     if wavefronts is None:

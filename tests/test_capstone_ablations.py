@@ -1,0 +1,33 @@
+"""benchmarks/bench_11_capstone.py's ablation rows are edits of module 11's solution (module 11's reading
+tables them): each edit must still apply to the solution, once, and the edited kernel must still compile."""
+import importlib.util
+
+import pytest
+
+from grader.capstone import build
+from grader.checks import REGISTRY
+from grader.course import ROOT, solution_source
+
+spec = importlib.util.spec_from_file_location("bench_11_capstone_under_test", ROOT / "benchmarks" / "bench_11_capstone.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+SOLUTION = solution_source("capstone_fwd_d64")
+
+
+def edited(edits):
+    source = SOLUTION
+    for find, replace in edits:
+        assert source.count(find) == 1, f"the find text no longer stands once in the solution: {find[:80]!r}"
+        source = source.replace(find, replace)
+    assert source != SOLUTION
+    return source
+
+
+@pytest.mark.parametrize("change", list(bench.ABLATIONS))
+def test_every_ablation_is_an_edit_of_the_solution_that_compiles(change):
+    source = edited(bench.ABLATIONS[change])
+    nvrtc = pytest.importorskip("grader.nvrtc")
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    # the build with the most registers at stake: d = 128, 32 rows per warp, Q from shared memory
+    ex_id = build("fp16", 128, False, dict(WARPS=4, WARP_ROWS=32, TILE=64, STAGES=2, Q_IN_REGS=0, LAZY_RESCALE=1))
+    nvrtc.compile_check(source, archs=("sm_90",), options=REGISTRY[ex_id].options)
