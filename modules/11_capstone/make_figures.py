@@ -650,46 +650,57 @@ def results_summary(recs: dict) -> str:
 
 
 def ladder_rows(cap: dict, evidence: dict | None, triton: dict | None) -> dict:
-    """Per configuration at S = 4096: module 09's tuned kernel, the capstone, Triton, SDPA flash, cuDNN."""
+    """Per configuration at S = 4096: module 09's tuned kernel, the capstone, Triton, SDPA flash, cuDNN,
+    each as {tflops, device, flash}: its TFLOP/s, the GPU it ran on and SDPA flash's TFLOP/s timed beside
+    it in the same run (the three come from different runs, which may be on different GPU models)."""
     m09 = {(r["dtype"], r["d"], r["causal"]): r for r in (evidence or {}).get("bench", [])
            if r["kernel"].startswith("tc_flash_fwd_tuned_d") and r.get("S") == 4096}
     tri = {(r["dtype"], r["d"], r["causal"]): r for r in (triton or {}).get("bench", [])
            if r["kernel"] == "triton_flash_fwd" and r.get("S") == 4096}
     recs = bench_records(cap)
+    entry = lambda r, tflops: dict(tflops=tflops, device=r.get("device"), flash=r["baseline_tflops"]) if tflops else None
     out = {}
     for key in CONFIGS:
         cap_rec = recs.get(key + (4096,))
         ref = cap_rec or m09.get(key)  # SDPA and cuDNN as measured beside the capstone, else beside module 09
-        out[key] = {"09 tuned": m09.get(key, {}).get("tflops"), "capstone": cap_rec and cap_rec["tflops"],
-                    "Triton (12)": tri.get(key, {}).get("tflops"),
-                    "SDPA flash": ref and ref.get("baseline_tflops"), "cuDNN": ref and ref.get("cudnn_tflops")}
+        out[key] = {"09 tuned": key in m09 and entry(m09[key], m09[key]["tflops"]) or None,
+                    "capstone": cap_rec and entry(cap_rec, cap_rec["tflops"]),
+                    "Triton (12)": key in tri and entry(tri[key], tri[key]["tflops"]) or None,
+                    "SDPA flash": ref and entry(ref, ref["baseline_tflops"]),
+                    "cuDNN": ref and entry(ref, ref.get("cudnn_tflops"))}
     return out
 
 
-def fig_ladder(rows: dict, roof: dict) -> None:
+def fig_ladder(rows: dict, roofs: dict) -> None:
+    """Each kernel's speed over SDPA flash timed beside it, so that runs on different GPUs compare."""
     names = ["09 tuned", "capstone", "Triton (12)", "SDPA flash", "cuDNN"]
     colors = [GREY, BLUE, ORANGE, PURPLE, GREEN]
     fig, ax = plt.subplots(figsize=(11.5, 4.4))
     width = 0.16
+    heights = []
     for x, key in enumerate(CONFIGS):
         for i, (name, color) in enumerate(zip(names, colors)):
             xi = x + (i - 2) * width
-            v = rows[key][name]
-            if v is None:
-                ax.text(xi, 4, "not run", rotation=90, ha="center", va="bottom", fontsize=6, color="0.5")
+            e = rows[key][name]
+            if e is None:
+                ax.text(xi, 0.02, "not run", rotation=90, ha="center", va="bottom", fontsize=6, color="0.5")
                 continue
-            ax.bar(xi, v, width, color=color, edgecolor="white")
-        if key[0] in roof:
-            ax.plot([x - 2.6 * width, x + 2.6 * width], [roof[key[0]]] * 2, color=RED, lw=1.2, ls="--")
+            heights.append(e["tflops"] / e["flash"])
+            ax.bar(xi, heights[-1], width, color=color, edgecolor="white")
+        cap = rows[key]["capstone"]
+        roof = cap and roofs.get(cap["device"], {}).get(key[0])
+        if roof:
+            heights.append(roof / cap["flash"])
+            ax.plot([x - 2.6 * width, x + 2.6 * width], [heights[-1]] * 2, color=RED, lw=1.2, ls="--")
     ax.set_xticks(range(len(CONFIGS)), [label(*c).replace(", causal", "\ncausal") for c in CONFIGS], fontsize=7.5)
-    heights = [v for r in rows.values() for v in r.values() if v] + list(roof.values())
     ax.set_ylim(0, 1.25 * max(heights))
-    ax.set_ylabel("TFLOP/s, B=4 H=16 S=4096")
+    ax.set_ylabel("speed over SDPA flash (B=4 H=16 S=4096)")
     handles = [Patch(color=c, label=n) for n, c in zip(names, colors)]
-    if roof:
+    if any(roofs.values()):
         handles.append(Line2D([], [], color=RED, ls="--", label="mma.sync alone (mma_ceiling.json)"))
     ax.legend(handles=handles, fontsize=7, ncol=6, frameon=False, loc="upper left")
-    ax.set_title("Attention forward at S = 4096 (measured; SDPA and cuDNN as timed beside the capstone)", fontsize=9)
+    ax.set_title("Attention forward at S = 4096 (measured): each kernel over SDPA flash timed beside it on its GPU",
+                 fontsize=9)
     despine(ax)
     fig.tight_layout()
     save(fig, "ladder.png")
@@ -731,17 +742,21 @@ def fig_over_s(cap: dict) -> None:
 # --------------------------------------------------------------------------- 8. the mma.sync ceiling
 
 
-def table_ceiling(rows: dict, roof: dict, cap: dict, evidence: dict | None) -> str | None:
+def table_ceiling(rows: dict, roofs: dict, cap: dict, evidence: dict | None) -> str | None:
+    """Each kernel's TFLOP/s over the mma.sync ceiling of the GPU it ran on (roofs: device -> dtype -> TFLOP/s)."""
+    device = next((r["device"] for r in cap["bench"] if r.get("device")), None)
+    roof = roofs.get(device, {})
     if not roof:
         return None
     names = ["capstone", "SDPA flash", "Triton (12)", "cuDNN"]
+    share = lambda e, dtype: (f"{e['tflops'] / roofs[e['device']][dtype]:.2f}"
+                              if e and dtype in roofs.get(e["device"], {}) else "–")
     table = []
     for key, r in rows.items():
-        c = roof.get(key[0])
-        if not c:
+        if key[0] not in roof:
             continue
-        table.append([key[0], key[1], yes(key[2]), f"{c:.4g}"] + [f"{r[n] / c:.2f}" if r[n] else "–" for n in names]
-                     + [f"{r['cuDNN'] / WGMMA_FP16_TFLOPS:.2f}" if r["cuDNN"] else "–"])
+        table.append([key[0], key[1], yes(key[2]), f"{roof[key[0]]:.4g}"] + [share(r[n], key[0]) for n in names]
+                     + [f"{r['cuDNN']['tflops'] / WGMMA_FP16_TFLOPS:.2f}" if r["cuDNN"] else "–"])
     out = markdown_table(["dtype", "d", "causal", "mma.sync ceiling (TFLOP/s)"] + [f"{n} ÷ ceiling" for n in names]
                          + [f"cuDNN ÷ {WGMMA_FP16_TFLOPS:.0f}"], table)
     recs = bench_records(cap).values()
@@ -753,16 +768,20 @@ def table_ceiling(rows: dict, roof: dict, cap: dict, evidence: dict | None) -> s
     if "fp16" in roof:
         lines.append(f"The fp16 ceiling itself is {roof['fp16'] / WGMMA_FP16_TFLOPS:.2f} of the datasheet's dense fp16 "
                      f"peak ({WGMMA_FP16_TFLOPS:.0f} TFLOP/s).")
+    others = {d: r["fp16"] for d, r in roofs.items() if d != device and "fp16" in r}
+    if others and "fp16" in roof:
+        lines.append("Measured on the " + ", ".join(f"{d}: {v:.4g}" for d, v in others.items())
+                     + f" TFLOP/s for fp16, against {roof['fp16']:.4g} on the {device}.")
     gemm = next((r for r in (evidence or {}).get("bench", []) if r["kernel"] == "mma_matmul_pipe"), None)
-    gemm_roof = ceiling(load(CEILING), gemm.get("device")).get("fp16") if gemm else None
+    gemm_roof = roofs.get(gemm.get("device"), {}).get("fp16") if gemm else None
     if gemm_roof:
         lines.append(f"cuBLAS's fp16 matmul at 4096³ (module 09's table, {gemm.get('device')}) runs at "
                      f"{gemm['baseline_tflops']:.4g} TFLOP/s, {gemm['baseline_tflops'] / gemm_roof:.2f}× the ceiling "
                      "measured on that GPU.")
-    device = next((r["device"] for r in recs if r.get("device")), "the GPU of the records")
-    return (out + f"\n*Generated by `make_figures.py`: at S = 4096, each kernel's TFLOP/s (as in the ladder) over the "
-                  f"best `mma.sync` rate of `benchmarks/results/mma_ceiling.json` for its dtype on the same GPU model "
-                  f"({device}), and cuDNN's over the datasheet's dense fp16 peak.*\n\n" + " ".join(lines) + "\n")
+    return (out + f"\n*Generated by `make_figures.py`: at S = 4096, each kernel's TFLOP/s over the best `mma.sync` rate "
+                  f"of `benchmarks/results/mma_ceiling.json` for its dtype on the GPU that kernel's record was measured "
+                  f"on (the capstone, SDPA flash and cuDNN: {device}; Triton: its own run's), and cuDNN's over the "
+                  f"datasheet's dense fp16 peak. The ceiling column is the {device}'s.*\n\n" + " ".join(lines) + "\n")
 
 
 def table_ablation(cap: dict) -> str | None:
@@ -852,9 +871,11 @@ def main() -> None:
     fig_example(plans)
     tuned = m11.tuned_configs()
     cap, evidence, triton = load(CAPSTONE), load(EVIDENCE), load(TRITON)
-    # the ceiling of the GPU model the capstone's own records were measured on
+    # the ceiling of the GPU model the capstone's own records were measured on (and of every other model)
     device = next((r["device"] for r in (cap or {}).get("bench", []) if r.get("device")), None)
-    roof = ceiling(load(CEILING), device)
+    ceilings = load(CEILING) or []
+    roofs = {d: ceiling(ceilings, d) for d in {r.get("device") for r in ceilings}}
+    roof = roofs.get(device, {})
     tables = {"example": table_example(plans), "traffic": table_traffic(roof, device), "exp": table_exp(roof, device),
               "io": table_io(tuned), "mask_share": table_mask_share(tuned)}
     wavefronts = table_wavefronts()
@@ -869,14 +890,14 @@ def main() -> None:
         sdpa = {k[:3]: r["baseline_tflops"] for k, r in bench_records(cap).items() if k[3] == 4096}
         fig_sweep(cap, sdpa)
         rows = ladder_rows(cap, evidence, triton)
-        fig_ladder(rows, roof)
+        fig_ladder(rows, roofs)
         fig_over_s(cap)
         tables["registers"] = table_registers(cap["sweep"])
         tables["tuning"] = table_tuning(cap)
         tables["results"] = table_results(cap)
         if (abl := table_ablation(cap)) is not None:
             tables["ablation"] = abl
-        for name, body in (("shape09", table_shape09(cap, evidence)), ("ceiling", table_ceiling(rows, roof, cap, evidence))):
+        for name, body in (("shape09", table_shape09(cap, evidence)), ("ceiling", table_ceiling(rows, roofs, cap, evidence))):
             if body is None:
                 print(f"{name} table kept as committed: its other data file is missing")
             else:
