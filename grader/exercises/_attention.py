@@ -107,6 +107,30 @@ def forward_with_mask(x, scale, mask):
     return ref.finalize_state(ref.partial_state(x["Q"], x["K"], x["V"], scale=scale, mask=mask))
 
 
+# A tensor-core kernel's mask with the key index of its C fragment built from g (the lane's row
+# group, lane / 4) instead of t (its place in the quad, lane % 4).
+KEY_FROM_G = ("key index built from g", "score e of the C fragment's 8-key block n holds key 8n + 2t + e % 2 of the "
+              "tile: a lane's keys come from t = lane % 4, its place in the quad; g = lane / 4 names its rows.")
+
+
+def key_from_g_forward(x, scale, n, tile, causal, visited, masked):
+    """(O, L) of a kernel whose mask compares key j of a tile as key 8 (j // 8) + 2 g + j % 2 (g = row
+    % 8), against N and (causal) the row: the row's tiles are those with ``visited(i, start)`` ([N, 1]
+    rows, [1, n_pad] tile starts), the mask runs where ``masked(i, start)`` and every key of the other
+    visited tiles counts. A masked tile's zero-filled keys past N (score 0, value 0) count wherever
+    that index falls below N."""
+    n_pad = -(-n // tile) * tile
+    i, j = np.arange(n)[:, None], np.arange(n_pad)[None, :]
+    start = j // tile * tile
+    seen = j // 8 * 8 + 2 * (i % 8) + j % 2
+    kept = (seen < n) & ((seen <= i) if causal else True)
+    keep = visited(i, start) & np.where(masked(i, start), kept, j < n)
+    grown = {name: np.concatenate([np.asarray(x[name], np.float64),
+                                   np.zeros(x[name].shape[:-2] + (n_pad - n, x[name].shape[-1]))], axis=-2)
+             for name in "KV"}
+    return forward_with_mask(dict(x, **grown), scale, keep[None, None])
+
+
 def tiled_forward(x, scale, bc, *, rescale_acc=True, rescale_l=True, tiles=None, running_max=True, keep=None,
                   alpha_power=1.0):
     """FlashAttention's loop over key tiles of ``bc`` keys in float64, with switches that

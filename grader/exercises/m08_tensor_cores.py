@@ -12,7 +12,8 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..checks import PRODUCT_NAN, Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import extreme_scores, forward_magnitude, forward_mistakes, forward_with_mask, tile_skipping_io
+from ._attention import KEY_FROM_G, extreme_scores, forward_magnitude, forward_mistakes, forward_with_mask, \
+    key_from_g_forward, tile_skipping_io
 
 MODULE = "08_tensor_cores"
 F16, F32 = np.float16, np.float32
@@ -528,6 +529,12 @@ def _max_over_masked_keys(p, x, round_p):
     return dict(O=acc / ell[..., None], L=m + np.log(ell))
 
 
+# The mask runs in every tile a block visits (the tiles up to its own when causal).
+KEY_FROM_G_MISTAKE = Mistake(*KEY_FROM_G, lambda p, x: dict(zip("OL", key_from_g_forward(
+    x, float(_flash_scale(p)), p.N, TILE, getattr(p, "causal", False),
+    lambda i, start: (start <= i // TILE * TILE) if getattr(p, "causal", False) else True, lambda i, start: True))))
+
+
 def _causal_mistakes(round_p):
     """What a causal build gets wrong about the mask and the tiles it walks (``round_p``: P as packed)."""
     def keep(rule):
@@ -609,6 +616,7 @@ def _flash_exercise(head_dim, bf16=False, causal=False):
             mistakes = [_on_values(m) for m in mistakes + [P_PACKED_AS_HALF]]
     else:
         mistakes = BF16_FLASH_MISTAKES if bf16 else FLASH_MISTAKES + forward_mistakes(Mistake, TILE)
+    mistakes = mistakes + [_on_values(KEY_FROM_G_MISTAKE) if bf16 else KEY_FROM_G_MISTAKE]
     elem = "__nv_bfloat16" if bf16 else "__half"
     if bf16 or causal:
         launch_shape = (f"compiled with {' '.join(options)} (elem = {elem}); grid = (ceil_div(N, {TILE}), H, B), "

@@ -14,7 +14,8 @@ from ..arrays import BF16, bf16_bits, bf16_values
 from ..checks import PRODUCT_NAN
 from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, tile_skipping_io
+from ._attention import KEY_FROM_G, forward_magnitude, forward_mistakes, forward_with_mask, key_from_g_forward, qkv, \
+    scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
 from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE, \
     _blocks8_transposed, _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref
@@ -236,6 +237,21 @@ def _fragment_row_g(p):
     return i - 8 * ((i % 16) >= 8)
 
 
+def _key_from_g_mistake(causal, block_rows):
+    """The mask's key index built from g, in this module's walk: a warp skips (causal) the tiles past its
+    last row, and masks only the tiles that cross N or (causal) reach past the block's first row."""
+    def wrong(p, x):
+        def visited(i, start):
+            return (start <= i // 16 * 16 + 15) if causal else True
+
+        def masked(i, start):
+            return (start + TILE > p.N) | ((start + TILE > i // block_rows * block_rows) if causal else False)
+
+        o, lse = key_from_g_forward(_values(x), float(scale_of(p)), p.N, TILE, causal, visited, masked)
+        return dict(O=o, L=lse)
+    return Mistake(*KEY_FROM_G, wrong)
+
+
 CAUSAL_MISTAKES = [
     Mistake("no causal mask", "query i must not see keys j > i: in the tiles that cross the diagonal, set those "
             "scores to -INFINITY before the row max.",
@@ -373,7 +389,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
     ex_id = f"{kernel}_{suffix}d{d}"
     elem = "__nv_bfloat16" if bf16 else "__half"
     mistakes = (CAUSAL_MISTAKES if causal else []) + list(FLASH_MISTAKES) + spec["mistakes"] + forward_mistakes(
-        Mistake, TILE, keep=(lambda p, x: _keep(p)) if causal else None)
+        Mistake, TILE, keep=(lambda p, x: _keep(p)) if causal else None) + [_key_from_g_mistake(causal, block_rows)]
     if bf16:  # the mistakes see the inputs' values, not their bits
         mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]
     row = dict(

@@ -18,8 +18,8 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of, \
-    tile_skipping_io
+from ._attention import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
+    forward_with_mask, qkv, scale_of, tile_skipping_io
 from .m05_masking import padding_mistakes
 
 MODULE = "11_capstone"
@@ -179,6 +179,8 @@ def _walk_mistakes(causal, cfg):
                       "attend's row0 is the warp's first query row, w0 = q0 + WARP_ROWS * warp: with q0 every warp "
                       "but the first masks as if it held the block's first rows.",
                       needs, masked_with(lambda at: at.kv_len, lambda at: at.w0 - at.q0), causal_only=True),
+        _walk_mistake(cfg, *KEY_FROM_G, needs, lambda at: right(
+            SimpleNamespace(**{**vars(at), "keys": at.keys // 8 * 8 + 2 * (at.row % 8) + at.keys % 2}))),
         _walk_mistake(cfg, "the mask's row misses the row group",
                       "in attend<true>, the row of score e of row group rg is row0 + rg * 16 + g + (e / 2) * 8: without "
                       "rg * 16 the second group of 16 rows is masked as if it were the first.",
