@@ -57,3 +57,22 @@ def test_every_extreme_case_gets_its_extreme_scores():
             for name in asked:
                 seen[name] += 1
     assert all(seen.values()), f"no case exercised some parameter: {seen}"
+
+
+def test_every_large_values_case_reaches_past_half_precision():
+    """`spread=0` with `v_offset=X` (_attention.qkv): every score 0 and every value about X, so that the
+    unnormalised output, about N·X, passes half precision's 65504; an input maker that skipped `v_offset`
+    would leave the values random and an accumulator kept in half would pass."""
+    seen = 0
+    for ex in REGISTRY.values():
+        for c in ex.cases:
+            offset = c.params.get("v_offset")
+            if not offset or not hasattr(ex, "make_inputs") or ex.make_inputs is None:
+                continue
+            x = ex.make_inputs(SimpleNamespace(**c.params), np.random.default_rng(c.seed or 1))
+            where = f"{ex.id}, case '{c.name}'"
+            assert c.params.get("spread") == 0.0 and np.abs(values(x["Q"])).max() == 0, f"{where}: the scores are not flat"
+            assert values(x["V"]).mean() > offset / 2, f"{where}: the values average {values(x['V']).mean():.3g}"
+            assert c.params["N"] * offset > 65504, f"{where}: N * v_offset stays within half precision's range"
+            seen += 1
+    assert seen, "no case asks for v_offset"

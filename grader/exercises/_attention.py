@@ -10,9 +10,11 @@ FIRST_KEYS = 16  # ``falling`` lifts the first 16 keys: the first key tile of ev
 
 
 def qkv(p, rng):
-    """Q, K, V as float32 [B, H, N, d]; ``spread`` scales Q (large logits), and ``rising``
-    makes later keys score higher for every query, so the running max grows tile after tile;
-    then :func:`extreme_scores`."""
+    """Q, K, V as float32 [B, H, N, d]; ``spread`` scales Q (large logits; 0: every score 0), and
+    ``rising`` makes later keys score higher for every query, so the running max grows tile after
+    tile; then :func:`extreme_scores`; ``v_offset`` shifts V (with ``spread=0`` the unnormalised
+    output sums about N·v_offset, past half precision's 65504 once that is: an accumulator kept in
+    half overflows where a float one stays exact)."""
     shape = (p.B, p.H, p.N, p.d)
     q = rng.standard_normal(shape) * getattr(p, "spread", 1.0)
     k = rng.standard_normal(shape)
@@ -21,6 +23,7 @@ def qkv(p, rng):
         q[..., 0] = np.abs(q[..., 0]) + 1.0
         k[..., 0] += np.linspace(0.0, 6.0, p.N)
     extreme_scores(p, q, k)
+    v += getattr(p, "v_offset", 0.0)
     return dict(Q=q.astype(F32), K=k.astype(F32), V=v.astype(F32))
 
 

@@ -199,14 +199,13 @@ FP16_MAX = 65504.0
 
 def _half_inputs(p, rng):
     """qkv in fp16. ``faint``: key 0 scores 0 and every other key -8.5 (each gets e^-8.5 ~ 2e-4 of key 0's
-    weight, together several percent); ``v_offset`` shifts V (an unnormalised sum of V grows past fp16's range)."""
+    weight, together several percent); ``v_offset`` (qkv) shifts V."""
     x = qkv(p, rng)
     if getattr(p, "faint", False):
         x["Q"][:] = 0.0
         x["Q"][..., 0] = 1.0
         x["K"][..., 0] = -8.5 / float(scale_of(p))
         x["K"][..., 0, 0] = 0.0
-    x["V"] += getattr(p, "v_offset", 0.0)
     return {k: v.astype(F16) for k, v in x.items()}
 
 

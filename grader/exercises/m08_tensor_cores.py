@@ -280,7 +280,7 @@ exercise(
 def _flash_draw(p, rng):
     """Q, K, V in float64 [B, H, N, d]; ``spread`` scales Q (large logits), ``rising`` makes
     later keys score higher; ``steep=X``: every query's score grows by about X (times its
-    q[..., 0], between 1 and 4) from one key to the next."""
+    q[..., 0], between 1 and 4) from one key to the next; ``v_offset`` shifts V, as qkv does."""
     shape = (p.B, p.H, p.N, p.d)
     q = rng.standard_normal(shape) * getattr(p, "spread", 1.0)
     k, v = rng.standard_normal(shape), rng.standard_normal(shape)
@@ -291,6 +291,7 @@ def _flash_draw(p, rng):
     if getattr(p, "steep", 0):  # a causal row's later keys (the masked ones) score far above its own
         k[..., 0] += np.arange(p.N) * (p.steep / float(_flash_scale(p)))
     extreme_scores(p, q, k)
+    v += getattr(p, "v_offset", 0.0)  # as qkv
     return dict(Q=q, K=k, V=v)
 
 
@@ -309,7 +310,8 @@ def _half_bits_as_bf16(a):
 
 
 def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transposed=False, rows_paired=False,
-                alpha_rows_swapped=False, alpha_by_column=False, k_transposed=False, p_bits_as_bf16=False):
+                alpha_rows_swapped=False, alpha_by_column=False, k_transposed=False, p_bits_as_bf16=False,
+                acc_half=False):
     """The forward as the tensor-core kernel computes it, in float64, tile of 64 keys by tile
     (causal when ``p.causal``: a block walks up to the tile holding its last row, and keys past a
     row are masked), with switches for its fragment mistakes:
@@ -332,6 +334,8 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
     * ``k_transposed``: K read with .trans: every 8 x 8 block of K used transposed in the scores.
     * ``p_bits_as_bf16``: P packed as fp16 bits that the bfloat16 mma reads as bfloat16 (l is summed
       from the float p, right).
+    * ``acc_half``: the output accumulator rounded to half after each mma (16 keys): it overflows once
+      it passes 65504.
     """
     scale = float(_flash_scale(p))
     q = _pad(_f64(x["Q"]), -2, TILE)  # query rows past N are zeros in the kernel's Q tile
@@ -375,6 +379,12 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
             own = (query % 16 // 8)[:, None] == (np.arange(p.d) % 2)[None, :]
             alpha_acc = np.where(own, alpha_acc, partner[..., lane_of_col])
         acc_new = alpha_acc * acc + probs @ v[..., start:start + TILE, :]
+        if acc_half:
+            acc_new = alpha_acc * acc
+            with np.errstate(over="ignore", invalid="ignore"):
+                for c0 in range(0, TILE, 16):
+                    acc_new = (acc_new + probs[..., c0:c0 + 16] @ v[..., start + c0:start + c0 + 16, :]
+                               ).astype(np.float16).astype(np.float64)
         # Causal: tiles past a block's own are never visited (for a lane that has seen no key yet,
         # a visit would not be a no-op: alpha = exp(-inf - 0) = 0 clears its share of the output).
         visits = (query // TILE >= start // TILE)[:, None] if causal else True
@@ -433,6 +443,11 @@ FLASH_MISTAKES = [
             lambda p, x: dict(O=_tc_forward(p, x, alpha_by_column=True)["O"]) if p.N > TILE else None),
     Mistake(C_ROWS[0], C_ROWS[1] + " Here that is the row each lane writes of O and L.",
             lambda p, x: _tc_forward(p, x, rows_paired=True)),
+    Mistake("accumulated in half precision",
+            "the tensor core adds the products in float: keep the output accumulator float (the mma takes and "
+            "returns float c and d) and round to half only in the final store; a half accumulator overflows past "
+            "65504 and loses digits long before.",
+            lambda p, x: _tc_forward(p, x, acc_half=True) if getattr(p, "v_offset", 0) else None),
     Mistake("output rescaled with the other row's factor",
             "output fragment float e belongs to row g + 8 * (e / 2), like the scores: multiply o[n][e] by "
             "alpha[e / 2], the factor of its own row, not alpha[1 - e / 2].",
@@ -453,6 +468,9 @@ FLASH_CASES = [  # the race check runs on the first case: two key tiles, so the 
     case("scores_below_minus_87", B=1, H=1, N=150, negative=150.0, seed=7),
     case("falling_max", B=1, H=1, N=200, falling=100.0, seed=8),
     case("other_scale", B=1, H=1, N=96, scale=0.3, seed=9),
+    # every p = 1 and every value about 300, as module 07's: the output accumulator reaches about
+    # 256 * 300, past half's 65504 (an accumulator rounded to half overflows; the mma adds in float)
+    case("uniform_large_values", B=1, H=1, N=256, spread=0.0, v_offset=300.0, seed=10),
     hidden("sizes_127", B=1, H=2, N=127),
     hidden("sizes_191_rising", B=1, H=1, N=191, rising=True),
     hidden("custom_scale_ragged", B=1, H=1, N=127, scale=0.2),

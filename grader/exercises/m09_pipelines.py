@@ -333,6 +333,8 @@ CASES = [
     hidden("sizes_257", B=1, H=2, N=257),
     hidden("late_peak", B=1, H=1, N=333, late_peak=12.0),
     hidden("custom_scale", B=1, H=1, N=190, scale=0.3),
+    # every p = 1, every value about 300: the output accumulator passes half's 65504 (kept in half, it overflows)
+    hidden("uniform_large_values", B=1, H=1, N=256, spread=0.0, v_offset=300.0),
 ]
 
 

@@ -202,6 +202,8 @@ CASES = [  # the race check runs on the first case: three query blocks, five key
     hidden("sizes_257", B=2, H=2, N=257, lengths=(257, 129)),
     hidden("late_peak", B=1, H=1, N=333, late_peak=12.0),
     hidden("tile_boundaries", B=3, H=1, N=192, lengths=(64, 65, 0)),
+    # every p = 1, every value about 300: the output accumulator passes half's 65504 (kept in half, it overflows)
+    hidden("uniform_large_values", B=1, H=1, N=256, spread=0.0, v_offset=300.0),
 ]
 
 
