@@ -10,6 +10,7 @@ DIR/capstone_ncu.txt (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -54,8 +55,12 @@ def launch(dtype: str, d: int, causal: bool):
 
 
 def profile(ncu: str, dtype: str, d: int, causal: bool) -> dict:
-    return collect(ncu, __file__, f"{dtype},{d},{int(causal)}", "capstone_fwd|flash_fwd",
-                   lambda name: "capstone" if "capstone_fwd" in name else "SDPA flash")
+    """Both kernels' metrics, and the GPU they ran on (``device``)."""
+    got = collect(ncu, __file__, f"{dtype},{d},{int(causal)}", "capstone_fwd|flash_fwd",
+                  lambda name: "capstone" if "capstone_fwd" in name else "SDPA flash")
+    name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                          capture_output=True, text=True).stdout.strip()
+    return got | {"device": name}
 
 
 def table(results: dict) -> str:
