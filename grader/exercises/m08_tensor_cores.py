@@ -378,13 +378,14 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
         if alpha_by_column:  # own row's factor where the column's parity equals the row's half (e / 2 == e % 2)
             own = (query % 16 // 8)[:, None] == (np.arange(p.d) % 2)[None, :]
             alpha_acc = np.where(own, alpha_acc, partner[..., lane_of_col])
-        acc_new = alpha_acc * acc + probs @ v[..., start:start + TILE, :]
-        if acc_half:
+        if acc_half:  # one mma (16 keys) at a time, each sum rounded to half
             acc_new = alpha_acc * acc
             with np.errstate(over="ignore", invalid="ignore"):
                 for c0 in range(0, TILE, 16):
                     acc_new = (acc_new + probs[..., c0:c0 + 16] @ v[..., start + c0:start + c0 + 16, :]
                                ).astype(np.float16).astype(np.float64)
+        else:
+            acc_new = alpha_acc * acc + probs @ v[..., start:start + TILE, :]
         # Causal: tiles past a block's own are never visited (for a lane that has seen no key yet,
         # a visit would not be a no-op: alpha = exp(-inf - 0) = 0 clears its share of the output).
         visits = (query // TILE >= start // TILE)[:, None] if causal else True
