@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +46,17 @@ def sources(source_dir: str | None) -> dict:
     return out
 
 
-def time_ms(torch, fn, batches=7, per_batch=10) -> tuple[float, list]:
-    for _ in range(3):
-        fn()
+def time_ms(torch, fn, batches=7, per_batch=10, warm_ms=300.0) -> tuple[float, list]:
+    """The median of ``batches`` batches of back-to-back launches, after ``warm_ms`` of launches: the
+    first call compiles and autotunes, and a GPU that has just been idle (or busy autotuning) takes a
+    few hundred milliseconds to settle at its steady clocks (the batches of the first configuration
+    timed fell by 5% from first to last before this warm-up was added)."""
+    fn()
     torch.cuda.synchronize()
+    start = time.perf_counter()
+    while (time.perf_counter() - start) * 1e3 < warm_ms:
+        fn()
+        torch.cuda.synchronize()
     medians = []
     for _ in range(batches):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
