@@ -1,10 +1,13 @@
 """Module 11's backward on a GPU: capstone_bwd_dkdv + capstone_bwd_dq (read from the instructor
 notebook, the kernels the course grades) checked on the GPU with every grading case, then their
-launch choices swept part by part, then D + dK/dV + dQ timed in the 8 configurations (fp16/bf16 x
-d 64/128 x causal/not) at B=4, H=16, S=4096 beside SDPA's flash backward (the target: FA2's) and
-cuDNN's, on the same tensors (O and L from SDPA's flash forward).
+launch choices swept part by part, and the dK/dV kernel's fused build (FUSED_DQ=1: dQ added with
+atomics, no dQ kernel) over its own choices; the faster of the two ways per configuration is then
+timed (D + dK/dV + dQ, or D + zero-fill + fused) in the 8 configurations (fp16/bf16 x d 64/128 x
+causal/not) at B=4, H=16, S=4096 beside SDPA's flash backward (the target: FA2's) and cuDNN's, on
+the same tensors (O and L from SDPA's flash forward).
 
     python benchmarks/bench_11_backward.py gpu [--merge]   # on a GPU (a few minutes)
+    python benchmarks/bench_11_backward.py gpu --ablation-only   # ABLATIONS beside the committed choices
 
 Writes benchmarks/results/capstone_backward.json (`bench` records `capstone_bwd_*`, the sweep, the
 chosen launch per configuration) and its table as .txt; `--merge` puts the records into
@@ -32,12 +35,55 @@ from grader.course import solution_source  # noqa: E402
 from grader.exercises import m11_capstone as m11  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-ROWS = [f"capstone_bwd_{part}_{build}" for part in ("dkdv", "dq") for build in ("d64", "causal_d64", "bf16_causal_d128")]
+ROWS = [f"capstone_bwd_{part}_{build}" for part in ("dkdv", "dq", "dkdv_fused")
+        for build in ("d64", "causal_d64", "bf16_causal_d128")]
 SWEEP = {
     "dkdv": [dict(WARPS=w, TILE=t, STAGES=s) for w, t, s in itertools.product((4, 8), (32, 64), (2, 3))],
     "dq": [dict(WARPS=w, WARP_ROWS=r, TILE=64, STAGES=s) for w, r, s in itertools.product((4, 8), (16, 32), (2, 3))]
     + [dict(WARPS=4, WARP_ROWS=16, TILE=128, STAGES=2), dict(WARPS=4, WARP_ROWS=32, TILE=32, STAGES=3)],
+    # the dK/dV kernel adding dQ itself: more keys per block means fewer atomic adds per dQ element
+    "fused": [dict(FUSED_DQ=1, WARPS=w, TILE=t, STAGES=s) for w, t, s in ((8, 64, 2), (8, 64, 3), (8, 32, 2), (4, 64, 2))],
 }
+
+
+# One idea of the fused build taken back, as edits of the dK/dV solution ((find, replace), ...): timed
+# at the committed fused choices of each fp16 configuration (module 11's reading tables them).
+ABLATIONS = {
+    "two atomicAdd per pair of columns instead of atomic_add2": ((
+        "        for (int n = 0; n < DQ_COLS / 8; ++n) atomic_add2(out + n * 8, acc[n][2 * r] * scale, "
+        "acc[n][2 * r + 1] * scale);",
+        "        for (int n = 0; n < DQ_COLS / 8; ++n) {\n"
+        "            atomicAdd(out + n * 8, acc[n][2 * r] * scale);\n"
+        "            atomicAdd(out + n * 8 + 1, acc[n][2 * r + 1] * scale);\n"
+        "        }"),),
+}
+
+
+def edited(source, edits, what):
+    for find, replace in edits:
+        if source.count(find) != 1:
+            raise SystemExit(f"ablation {what!r}: its find text {find!r} no longer stands once in the solution")
+        source = source.replace(find, replace)
+    return source
+
+
+def ablation(dkdv):
+    """Each ABLATIONS edit timed (D + zero-fill + fused, beside the unedited kernel in the same run) at
+    the committed choices of every fp16 configuration whose backward is the fused build."""
+    committed = json.loads((RESULTS / "capstone_backward.json").read_text())
+    rows = []
+    for rec in committed["bench"]:
+        if rec["dtype"] != "fp16" or "dq" in rec["choices"]:
+            continue
+        config, choices = [("fp16", rec["d"], rec["causal"])], {"dkdv": rec["choices"]["dkdv"]}
+        (kept,) = bench_backward(dkdv, None, configs=config, choices=choices, baselines=False)
+        for what, edits in ABLATIONS.items():
+            (row,) = bench_backward(edited(dkdv, edits, what), None, configs=config, choices=choices, baselines=False)
+            rows.append(dict(d=rec["d"], causal=rec["causal"], change=what, ms=benchmark._sig(float(np.median(row.ms))),
+                             kept_ms=benchmark._sig(float(np.median(kept.ms))), choices=choices["dkdv"]))
+            print(rows[-1], flush=True)
+    committed["ablation"] = rows
+    (RESULTS / "capstone_backward.json").write_text(json.dumps(committed, indent=1) + "\n")
 
 
 def check_all():
@@ -49,8 +95,8 @@ def check_all():
 
 
 def sweep(dkdv, dq):
-    """Each part's time per launch choice, fp16, per (d, causal): the fastest of each part per
-    configuration (bf16 takes fp16's)."""
+    """Each part's time per launch choice, fp16, per (d, causal): the fastest of each part, or the
+    fastest fused build where it beats their sum, per configuration (bf16 takes fp16's)."""
     found, runs = {}, []
     for d, causal in itertools.product((64, 128), (False, True)):
         best = {}
@@ -63,6 +109,7 @@ def sweep(dkdv, dq):
                 runs.append(dict(d=d, causal=causal, choices=choices, error=str(exc).splitlines()[0][:200]))
                 print(f"  d={d} causal={causal} {choices}: {str(exc).splitlines()[0][:120]}", flush=True)
                 continue
+            d_ms = row.parts_ms["D"]
             for part, cfg in (("dkdv", a), ("dq", b)):
                 if cfg is None:
                     continue
@@ -72,7 +119,24 @@ def sweep(dkdv, dq):
                     best[part] = (cfg, ms)
             print(f"  d={d} causal={causal} {choices}: dkdv {row.parts_ms['dkdv']:.4f} ms ({row.regs['dkdv']} regs), "
                   f"dq {row.parts_ms['dq']:.4f} ms ({row.regs['dq']} regs), D {row.parts_ms['D']:.4f} ms", flush=True)
-        found[(d, causal)] = {part: cfg for part, (cfg, _) in best.items()}
+        two = {part: cfg for part, (cfg, _) in best.items()}
+        two_ms = sum(ms for _, ms in best.values()) + d_ms
+        fused = None
+        for cfg in SWEEP["fused"]:
+            try:
+                (row,) = bench_backward(dkdv, None, configs=[("fp16", d, causal)], choices={"dkdv": cfg}, repeats=1,
+                                        baselines=False)
+            except CourseError as exc:
+                runs.append(dict(d=d, causal=causal, part="fused", **cfg, error=str(exc).splitlines()[0][:200]))
+                continue
+            ms = float(np.median(row.ms))
+            runs.append(dict(d=d, causal=causal, part="fused", **cfg, ms=benchmark._sig(ms),
+                             kernel_ms=benchmark._sig(row.parts_ms["dkdv"]), regs=row.regs["dkdv"]))
+            print(f"  d={d} causal={causal} fused {cfg}: {ms:.4f} ms in all (kernel {row.parts_ms['dkdv']:.4f}, "
+                  f"{row.regs['dkdv']} regs); two kernels: {two_ms:.4f} ms", flush=True)
+            if fused is None or ms < fused[1]:
+                fused = (cfg, ms)
+        found[(d, causal)] = {"dkdv": fused[0]} if fused and fused[1] < two_ms else two
     return found, runs
 
 
@@ -80,8 +144,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["gpu"])
     parser.add_argument("--merge", action="store_true")
+    parser.add_argument("--ablation-only", action="store_true", help="time only ABLATIONS, at the committed choices")
     args = parser.parse_args()
     import torch
+
+    if args.ablation_only:
+        return ablation(solution_source("capstone_bwd_dkdv_d64"))
 
     check_all()
     dkdv, dq = solution_source("capstone_bwd_dkdv_d64"), solution_source("capstone_bwd_dq_d64")
@@ -112,6 +180,7 @@ def main():
     out = dict(device=device, command="python benchmarks/bench_11_backward.py gpu --merge", bench=records,
                sweep=runs, chosen=[dict(d=d, causal=c, **cfg) for (d, c), cfg in chosen.items()])
     (RESULTS / "capstone_backward.json").write_text(json.dumps(out, indent=1) + "\n")
+    ablation(dkdv)  # reads what was just written, adds its rows
     (RESULTS / "capstone_backward.txt").write_text(table + "\n")
     if args.merge:
         benchmark.merge_records(RESULTS / "gpu_evidence.json", records)

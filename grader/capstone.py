@@ -97,9 +97,9 @@ class BackwardRow:
     d: int
     causal: bool
     S: int
-    cfg: dict  # {"dkdv": {...}, "dq": {...}}
-    ms: list  # medians of the repeated measurements: ours (D + dK/dV + dQ)
-    parts_ms: dict  # "D", "dkdv", "dq": each alone, one measurement
+    cfg: dict  # {"dkdv": {...}, "dq": {...}}; no "dq" when the dK/dV build adds dQ (FUSED_DQ=1)
+    ms: list  # medians of the repeated measurements: ours (D + dK/dV + dQ, or D + zero-fill + fused)
+    parts_ms: dict  # "D", "dkdv", "dq" (or "D", "zero", "dkdv" when fused): each alone, one measurement
     baseline_ms: float | None  # SDPA's flash backward
     cudnn_ms: float | None
     max_abs_err: dict  # dQ, dK, dV against SDPA's gradients
@@ -124,7 +124,9 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
     the same tensors. Ours is D = rowsum(dO * O) (the notebook's capstone_bwd_preprocess, given beside
     dK/dV), then dK/dV, then dQ; SDPA's includes its own preprocessing. O and L come from SDPA's
     flash forward. Each build's gradients are compared with SDPA's before it is timed.
-    ``choices``: {"dkdv": {...}, "dq": {...}} launch choices (default: the graded rows')."""
+    ``choices``: {"dkdv": {...}, "dq": {...}} launch choices (default: the graded rows'); with
+    ``"FUSED_DQ": 1`` among the dK/dV choices, that kernel adds dQ too (into a zero-filled dQ, the
+    fill timed with it) and ``dq`` is not launched (it may be None)."""
     if active_backend() != "gpu":
         raise BackendUnavailableError("the backward is timed on a GPU; on the emulator, check it: python -m grader "
                                       "check capstone_bwd_dkdv_d64 FILE --all (and capstone_bwd_dq_d64)")
@@ -143,6 +145,9 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
     rows = []
     for dtype, d, causal in configs or m11.CONFIGS:
         cfg = {part: dict(m11.BWD_CONFIG[part], **((choices or {}).get(part, {}))) for part in ("dkdv", "dq")}
+        fused = bool(cfg["dkdv"].get("FUSED_DQ"))
+        if fused:
+            del cfg["dq"]
         tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
         gen = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(B, H, S, d, device="cuda", dtype=tdtype, generator=gen) for _ in range(4))
@@ -160,14 +165,14 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
         cp = {n: cupy.from_dlpack(t) for n, t in dict(q=q, k=k, v=v, do=do, lse=lse.contiguous(), D=D, lengths=lengths,
                                                      **grads).items()}
         launches, regs = {}, {}
-        for part, fn in (("dkdv", dkdv), ("dq", dq)):
+        for part, fn in (("dkdv", dkdv), ("dq", dq))[:1 if fused else 2]:
             c = cfg[part]
             options = (f"-DHEAD_DIM={d}",) + (("-DELEM_BF16=1",) if dtype == "bf16" else ()) + \
                 (("-DCAUSAL=1",) if causal else ()) + tuple(f"-D{key}={val}" for key, val in c.items())
             kern = RawKernel(kernel_source(fn, "bench_backward"), f"capstone_bwd_{part}", options=options).compile()
             smem = m11.bwd_shared_bytes(part, d, c)
             kern.max_dynamic_shared_size_bytes = smem
-            outs = (cp["dK"], cp["dV"]) if part == "dkdv" else (cp["dQ"],)
+            outs = (cp["dK"], cp["dV"], cp["dQ"]) if part == "dkdv" else (cp["dQ"],)
             args = (cp["q"], cp["k"], cp["v"], cp["do"], cp["lse"], cp["D"], cp["lengths"], *outs, np.int32(S),
                     np.float32(scale))
             grid = (-(-S // m11.bwd_block_rows(part, c)), H, B)
@@ -183,10 +188,16 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
         def preprocess():
             pre((-(-rows_total * d // 8 // 256),), 256, pre_args)
 
+        def zero():
+            cp["dQ"].fill(0)
+
         def ours():
             preprocess()
+            if fused:
+                zero()
             launches["dkdv"]()
-            launches["dq"]()
+            if not fused:
+                launches["dq"]()
 
         with stream:
             ours()
@@ -194,7 +205,8 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
         err = {n: float((grads[n] - w.float()).abs().max()) for n, w in zip(("dQ", "dK", "dV"), want)}
         times = [budget.measure(timer, ours, stream).median for _ in range(repeats)]
         parts = {"D": budget.measure(timer, preprocess, stream).median,
-                 **{p: budget.measure(timer, launches[p], stream).median for p in ("dkdv", "dq")}}
+                 **({"zero": budget.measure(timer, zero, stream).median} if fused else {}),
+                 **{p: budget.measure(timer, launches[p], stream).median for p in launches}}
         base = {"flash": None, "cudnn": None}
         for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))[:2 * baselines]:
             try:
@@ -216,13 +228,13 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
 
 
 def backward_table(rows: list[BackwardRow]) -> str:
-    head = ["dtype", "d", "causal", "S", "ms (D + dK/dV + dQ)", "TFLOP/s", "SDPA flash (yours vs it)",
+    head = ["dtype", "d", "causal", "S", "ms (D + dK/dV + dQ, or D + 0 + fused)", "TFLOP/s", "SDPA flash (yours vs it)",
             "cuDNN (yours vs it)", "max |err| dQ dK dV"]
     lines = [head]
     for r in rows:
         ms = float(np.median(r.ms))
         lines.append([r.dtype, str(r.d), "yes" if r.causal else "no", str(r.S),
-                      f"{ms:.4g} ({r.parts_ms['D']:.3g} + {r.parts_ms['dkdv']:.3g} + {r.parts_ms['dq']:.3g})",
+                      f"{ms:.4g} ({' + '.join(f'{t:.3g}' for t in r.parts_ms.values())})",
                       f"{r.tflops(ms):.4g}",
                       f"{r.tflops(r.baseline_ms):.4g} ({r.baseline_ms / ms:.2f}x)" if r.baseline_ms else "-",
                       f"{r.tflops(r.cudnn_ms):.4g} ({r.cudnn_ms / ms:.2f}x)" if r.cudnn_ms else "-",

@@ -31,3 +31,19 @@ def test_every_ablation_is_an_edit_of_the_solution_that_compiles(change):
     # the build with the most registers at stake: d = 128, 32 rows per warp, Q from shared memory
     ex_id = build("fp16", 128, False, dict(WARPS=4, WARP_ROWS=32, TILE=64, STAGES=2, Q_IN_REGS=0, LAZY_RESCALE=1))
     nvrtc.compile_check(source, archs=("sm_90",), options=REGISTRY[ex_id].options)
+
+
+backward_spec = importlib.util.spec_from_file_location("bench_11_backward_under_test",
+                                                       ROOT / "benchmarks" / "bench_11_backward.py")
+backward = importlib.util.module_from_spec(backward_spec)
+backward_spec.loader.exec_module(backward)
+DKDV = solution_source("capstone_bwd_dkdv_d64")
+
+
+@pytest.mark.parametrize("change", list(backward.ABLATIONS))
+def test_every_backward_ablation_is_an_edit_of_the_fused_solution_that_compiles(change):
+    source = backward.edited(DKDV, backward.ABLATIONS[change], change)
+    assert source != DKDV
+    nvrtc = pytest.importorskip("grader.nvrtc")
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    nvrtc.compile_check(source, archs=("sm_90",), options=REGISTRY["capstone_bwd_dkdv_fused_bf16_causal_d128"].options)

@@ -40,7 +40,8 @@ def _literal_defaults(source: str) -> dict:
 
 # The backward kernels have no tuning space, but bench_11_backward.py sweeps these choices.
 BACKWARD_SWEEP = {"dkdv": {"WARPS": (4, 8), "TILE": (32, 64), "STAGES": (2, 3)},
-                  "dq": {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (32, 64, 128), "STAGES": (2, 3)}}
+                  "dq": {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (32, 64, 128), "STAGES": (2, 3)},
+                  "fused": {"WARPS": (4, 8), "TILE": (32, 64), "STAGES": (2, 3)}}  # the dK/dV kernel, FUSED_DQ=1
 
 
 def _covering_builds() -> list[tuple[str, object, str]]:
@@ -77,11 +78,14 @@ def _covering_builds() -> list[tuple[str, object, str]]:
                     if changed not in [c for e, _, c in builds if e == ex_id]:
                         builds.append((ex_id, autotune.variant(ex, space, cfg), changed))
     for part, params in BACKWARD_SWEEP.items():
+        fused = part == "fused"
+        base = dict(m11_capstone.BWD_CONFIG["dkdv"], **m11_capstone.FUSED_CONFIG) if fused else m11_capstone.BWD_CONFIG[part]
         for name, values in params.items():
             for value in values:
-                if value != m11_capstone.BWD_CONFIG[part][name]:
-                    row = m11_capstone.bwd_variant(part, 64, cfg={name: value}, register=False)
-                    builds.append((f"capstone_bwd_{part}_d64", row, f"{name}{value}"))
+                if value != base[name]:
+                    row = m11_capstone.bwd_variant("dkdv" if fused else part, 64, cfg={"FUSED_DQ": 1, name: value}
+                                                   if fused else {name: value}, register=False)
+                    builds.append((f"capstone_bwd_{'dkdv_fused' if fused else part}_d64", row, f"{name}{value}"))
     return builds
 
 

@@ -287,10 +287,13 @@ for _dtype, _d, _causal in [("fp16", 64, False), ("fp16", 128, False), ("fp16", 
     variant(_d, _dtype, _causal)
 
 
-# --------------------------------------------------------------------------- the backward: dK/dV, then dQ
+# --------------------------------------------------------------------------- the backward: dK/dV and dQ
 
 BWD_CONFIG = {"dkdv": {"WARPS": 4, "TILE": 64, "STAGES": 2}, "dq": {"WARPS": 4, "WARP_ROWS": 16, "TILE": 64, "STAGES": 2}}
 BWD_OUTPUTS = {"dkdv": ("dK", "dV"), "dq": ("dQ",)}
+# The fused build's graded choices: 128 keys a block, so that in a causal block the warps of its second
+# half skip its first query tile (their dS^T rows must still be zeros for the block's dQ product).
+FUSED_CONFIG = {"FUSED_DQ": 1, "WARPS": 8}
 LOG2E = 1.4426950408889634
 
 
@@ -301,10 +304,17 @@ def bwd_block_rows(part, cfg):
 
 def bwd_shared_bytes(part, d, cfg):
     """dK/dV: the block's K and V rows and STAGES (Q, dO) tiles, each row padded by 8 elements, and
-    STAGES (L, D) float tiles; dQ: the block's Q and dO rows and STAGES (K, V) tiles."""
+    STAGES (L, D) float tiles, then with FUSED_DQ the block's dS^T (its keys x TILE + 8 elements); dQ:
+    the block's Q and dO rows and STAGES (K, V) tiles."""
     rows = 2 * bwd_block_rows(part, cfg) + 2 * cfg["STAGES"] * cfg["TILE"]
     stats = 2 * cfg["STAGES"] * cfg["TILE"] * 4 if part == "dkdv" else 0
-    return rows * (d + 8) * 2 + stats
+    ds = bwd_block_rows(part, cfg) * (cfg["TILE"] + 8) * 2 if cfg.get("FUSED_DQ") else 0
+    return rows * (d + 8) * 2 + stats + ds
+
+
+def bwd_outputs(part, cfg):
+    """What a build writes: dK/dV, with dQ too when fused (FUSED_DQ=1); or dQ."""
+    return BWD_OUTPUTS[part] + (("dQ",) if cfg.get("FUSED_DQ") else ())
 
 
 def _bwd_inputs(bf16):
@@ -341,11 +351,11 @@ def _bwd_grads(p, x, keep=None, lse_factor=1.0, use_lse=True, use_d=True, scale_
                     dV=np.where(rows_valid, np.swapaxes(P, -1, -2) @ v["dO"], 0.0))
 
 
-def _bwd_magnitude(part):
+def _bwd_magnitude(outputs):
     def size(p, x):
         v = _values(x, np.float64)
         m = backward_magnitude(v, float(scale_of(p)), keep=_keep(p, x))
-        return {n: m[n] for n in BWD_OUTPUTS[part]}
+        return {n: m[n] for n in outputs}
     return size
 
 
@@ -354,8 +364,8 @@ def _unpadded(p):
     return _keep_mask(p.N, causal=True) if p.causal else np.ones((1, 1, p.N, p.N), bool)
 
 
-def _bwd_mistakes(part, causal, rows):
-    outputs = BWD_OUTPUTS[part]
+def _bwd_mistakes(part, causal, rows, fused=False):
+    outputs = BWD_OUTPUTS[part] + (("dQ",) if fused else ())
 
     def only(grads):
         return {n: grads[n] for n in outputs}
@@ -370,7 +380,9 @@ def _bwd_mistakes(part, causal, rows):
     padding = "padding keys attended"
     padding_why = "a key at or past key_lengths[b] has P = 0 for every query" + (
         " (mask it in the tiles that cross kv_len)." if part == "dq" else
-        " and gets dK = dV = 0 (write zeros for those rows).")
+        " and gets dK = dV = 0 (write zeros for those rows)" + (
+            "; for dQ its P must be 0 too: mask it in every tile of a block that holds padding keys." if fused
+            else "."))
     found = [
         Mistake("P recomputed without L", "P = exp(scale*q.k - L) with the row's saved logsumexp L: the forward's "
                 "final normaliser, so no running max is needed here.", wrong(use_lse=False)),
@@ -395,8 +407,26 @@ def _bwd_mistakes(part, causal, rows):
             for b, n in enumerate(int(n) for n in x["key_lengths"]):
                 if 0 < n < p.N:
                     kept[b, 0, n:min(ceil_div(n, rows) * rows, p.N)] = True
-            return {n: np.where(kept, computed[n], right[n]) for n in outputs}
+            return {n: np.where(kept, computed[n], right[n]) if n != "dQ" else right[n] for n in outputs}
         found.append(Mistake(padding, padding_why, kept_in_last_block))
+    if fused:
+        def padded_dq(p, x):
+            """dK, dV right (padding rows zeroed at the end) but dQ summed over the padding keys of the
+            block that holds the last valid key too (the blocks past it never run)."""
+            if not (x["key_lengths"] < p.N).any():
+                return None
+            reached = [min(ceil_div(int(n), rows) * rows, p.N) for n in x["key_lengths"]]
+            keep = _keep_mask(p.N, causal=p.causal, key_lengths=reached)
+            return only(_bwd_grads(p, x) | {"dQ": _bwd_grads(p, x, keep=keep)["dQ"]})
+        found += [
+            Mistake("padding keys in dQ", "the padding keys' dK and dV are zeroed at the end, but their dS went "
+                    "into dQ: P = 0 for a key at or past key_lengths[b], in every tile of a block that holds such "
+                    "keys (the tiles of other blocks need no test).", padded_dq),
+            Mistake("dQ never added (the FUSED_DQ build)", "with -DFUSED_DQ=1 each block adds scale * dS K over "
+                    "its keys into dQ (zero-filled by the launch) with atomic_add2: the dS^T tile in shared "
+                    "memory, a __syncthreads(), then tile_dq_atomic.", lambda p, x: only(_bwd_grads(p, x) | {
+                        "dQ": np.zeros((p.B, p.H, p.N, p.d))})),
+        ]
     if causal:
         i_, j_ = (lambda n: np.arange(n)[:, None]), (lambda n: np.arange(n)[None, :])
         lengths = lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
@@ -414,17 +444,18 @@ def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
     or "dq"), as ``variant`` does for the forward."""
     from ..exercise_rows import Exercise
 
-    base = BWD_CONFIG[part]
+    fused = bool((cfg or {}).get("FUSED_DQ"))
+    base = dict(BWD_CONFIG[part], **(FUSED_CONFIG if fused else {}))
     cfg = dict(base, **(cfg or {}))
     bf16 = dtype == "bf16"
     kernel = f"capstone_bwd_{part}"
-    ex_id = f"{kernel}_{'bf16_' if bf16 else ''}{'causal_' if causal else ''}d{d}" + \
-        ("" if cfg == base else "_" + "_".join(f"{k.lower()}{v}" for k, v in cfg.items()))
+    ex_id = f"{kernel}_{'fused_' if fused else ''}{'bf16_' if bf16 else ''}{'causal_' if causal else ''}d{d}" + \
+        ("" if cfg == base else "_" + "_".join(f"{k.lower()}{v}" for k, v in cfg.items() if k != "FUSED_DQ"))
     options = (f"-DHEAD_DIM={d}",) + (("-DELEM_BF16=1",) if bf16 else ()) + (("-DCAUSAL=1",) if causal else ()) + \
         tuple(f"-D{k}={v}" for k, v in cfg.items())
     rows = bwd_block_rows(part, cfg)
     elem = "__nv_bfloat16" if bf16 else "__half"
-    outputs = BWD_OUTPUTS[part]
+    outputs = bwd_outputs(part, cfg)
     # P and dS enter the products rounded to the inputs' type: a relative error of 2^-11 (fp16) or 2^-8 (bf16) in
     # each term, so at most that share of the terms' size (the magnitude); twice it is the tolerance. The dtype's
     # own (4e-3, 2e-2) would hide a missing D term in dQ behind its worst-case sum.
@@ -433,11 +464,15 @@ def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
         shape = (f"grid = (ceil_div(N, 16 * WARPS), H, B), block = 32 * WARPS threads (warp w owns keys "
                  "16 w .. 16 w + 15 of the block's and walks the query tiles of TILE rows: from the one holding the "
                  "block's first key when causal); dynamic shared memory = (32 * WARPS + 2 * STAGES * TILE) * "
-                 "(HEAD_DIM + 8) * 2 + 8 * STAGES * TILE bytes; dK, dV float [B, H, N, d], zero for padding keys")
+                 "(HEAD_DIM + 8) * 2 + 8 * STAGES * TILE bytes" + (
+                     " + 32 * WARPS * (TILE + 8) (the block's dS^T)" if fused else "") +
+                 "; dK, dV float [B, H, N, d], zero for padding keys" + (
+                     "; dQ float [B, H, N, d], zero-filled before the launch, each block adding its keys' share with "
+                     "atomics" if fused else "; dQ is not touched (FUSED_DQ=0)"))
         signature = (f"{kernel}(const elem* Q, const elem* K, const elem* V, const elem* dO, const float* L, "
-                     "const float* D, const int* key_lengths, float* dK, float* dV, int N, float scale)")
-        args = lambda p, a: (a.Q, a.K, a.V, a.dO, a.L, a.D, a.key_lengths, a.dK, a.dV, np.int32(p.N),  # noqa: E731
-                             scale_of(p))
+                     "const float* D, const int* key_lengths, float* dK, float* dV, float* dQ, int N, float scale)")
+        args = lambda p, a: (a.Q, a.K, a.V, a.dO, a.L, a.D, a.key_lengths, a.dK, a.dV, a.dQ,  # noqa: E731
+                             np.int32(p.N), scale_of(p))
         io_check = tile_skipping_io(rows, cfg["TILE"], 2, backward=True, padded=True) if causal else None
     else:
         shape = (f"grid = (ceil_div(N, WARPS * WARP_ROWS), H, B), block = 32 * WARPS threads (warp w owns query "
@@ -461,7 +496,7 @@ def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
         make_inputs=_bwd_inputs(bf16),
         outputs={n: (lambda p: ((p.B, p.H, p.N, p.d), F32)) for n in outputs},
         reference=lambda p, x: {n: g for n, g in _bwd_grads(p, x).items() if n in outputs},
-        magnitude=_bwd_magnitude(part),
+        magnitude=_bwd_magnitude(outputs),
         tolerance={n: half_tol for n in outputs},
         args=args,
         grid=lambda p: (ceil_div(p.N, rows), p.H, p.B),
@@ -471,14 +506,18 @@ def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
         cases=[_with(c, d=d, causal=causal) for c in CASES],
         race_check=True,
         race_case="five_tiles_ragged",
-        mistakes=_bwd_mistakes(part, causal, rows),
+        mistakes=_bwd_mistakes(part, causal, rows, fused),
+        zeroed=("dQ",) if fused else (),
+        # the two-kernel build is handed a dQ it must leave alone: a poisoned array nobody reads
+        scratch={"dQ": lambda p: ((p.B, p.H, p.N, p.d), F32)} if part == "dkdv" and not fused else {},
         io_check=io_check,
         io_case="five_tiles_ragged" if io_check else None,
     )
     return exercise(**row) if register else Exercise(**row)
 
 
-# The graded builds of each backward kernel: d = 64 with and without the mask, and bf16 causal d = 128.
-for _part in ("dkdv", "dq"):
+# The graded builds of each backward kernel: d = 64 with and without the mask, and bf16 causal d = 128;
+# the same three of the dK/dV kernel with dQ fused in.
+for _part, _cfg in (("dkdv", None), ("dq", None), ("dkdv", {"FUSED_DQ": 1})):
     for _dtype, _d, _causal in [("fp16", 64, False), ("fp16", 64, True), ("bf16", 128, True)]:
-        bwd_variant(_part, _d, _dtype, _causal)
+        bwd_variant(_part, _d, _dtype, _causal, cfg=_cfg)

@@ -30,6 +30,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 #endif
 
+// p[0] += a and p[1] += b, each atomically (p 8-byte aligned, in global memory): one vector
+// reduction per call on sm_90 and later (red.global.add.v2.f32), two scalar atomics elsewhere.
+// Atomic per element, as two atomicAdd calls are: nothing orders the pair as a whole.
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if !defined(__CUDA_EMULATOR__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
+}
+
 // The performance track's primitives, one spelling on the GPU (inline PTX) and the emulator.
 #include "course_tensor.cuh"  // mma.sync and ldmatrix
 #include "course_async.cuh"   // cp.async and its groups

@@ -850,21 +850,32 @@ def table_ncu(ncu: dict) -> str:
 
 def table_backward(bwd: dict) -> str:
     """The tensor-core backward against SDPA's flash backward and cuDNN's, from bench_11_backward.py."""
-    lines = ["| configuration | ms: D + dK/dV + dQ | TFLOP/s | SDPA flash backward | vs it | cuDNN backward | vs it "
-             "| dK/dV launch (registers) | dQ launch (registers) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| configuration | ms: D + dK/dV + dQ (fused: D + zero-fill + dK/dV/dQ) | TFLOP/s | SDPA flash backward "
+             "| vs it | cuDNN backward | vs it | dK/dV launch (registers) | dQ launch (registers) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in bwd["bench"]:
         p, c = r["parts_ms"], r["choices"]
-        launch = lambda part: " ".join(f"{k}={v}" for k, v in c[part].items()) + f" ({r['regs'][part]})"  # noqa: E731
+        launch = lambda part: " ".join(f"{k}={v}" for k, v in c[part].items() if k != "FUSED_DQ") \
+            + f" ({r['regs'][part]})"  # noqa: E731
+        fused = "dq" not in c
         cudnn = r["tflops"] / r["cudnn_ratio"] if r.get("cudnn_ratio") else None
-        lines.append(f"| {label(r['dtype'], r['d'], r['causal'])} | {r['ms']:.3g}: {p['D']:.2g} + {p['dkdv']:.3g} + "
-                     f"{p['dq']:.3g} | {r['tflops']:.0f} | {r['baseline_tflops']:.0f} | {r['ratio']:.2f}x | "
+        parts = " + ".join(f"{p[k]:.2g}" if k in ("D", "zero") else f"{p[k]:.3g}" for k in p)
+        lines.append(f"| {label(r['dtype'], r['d'], r['causal'])} | {r['ms']:.2f}: {parts} | {r['tflops']:.0f} | "
+                     f"{r['baseline_tflops']:.0f} | {r['ratio']:.2f}x | "
                      + (f"{cudnn:.0f} | {r['cudnn_ratio']:.2f}x" if cudnn else "- | -")
-                     + f" | {launch('dkdv')} | {launch('dq')} |")
+                     + f" | {'FUSED_DQ=1 ' if fused else ''}{launch('dkdv')} | "
+                     + ("in the dK/dV kernel |" if fused else f"{launch('dq')} |"))
     ratios = [r["ratio"] for r in bwd["bench"]]
     lines.append("")
     lines.append(f"B = 4, H = 16, S = 4096, {bwd['device']}; TFLOP/s count SDPA's five products (halved when "
                  f"causal) for every column. Against FA2's backward: {min(ratios):.2f}x to {max(ratios):.2f}x, "
-                 f"{sum(x >= 0.8 for x in ratios)} of {len(ratios)} configurations at 0.8x or more.")
+                 f"{sum(x >= 0.8 for x in ratios)} of {len(ratios)} configurations at 0.8x or more; "
+                 f"{sum('dq' not in r['choices'] for r in bwd['bench'])} of them with dQ fused in.")
+    if bwd.get("ablation"):
+        lines += ["", "| fp16, fused build | as committed (ms) | with one idea taken back (ms) | change |",
+                  "|---|---|---|---|"]
+        lines += [f"| {label('fp16', a['d'], a['causal'])} | {a['kept_ms']:.3g} | {a['ms']:.3g} "
+                  f"({a['ms'] / a['kept_ms']:.2f}x the time) | {a['change']} |" for a in bwd["ablation"]]
     return "\n".join(lines)
 
 
