@@ -74,5 +74,7 @@ def test_every_large_values_case_reaches_past_half_precision():
             assert c.params.get("spread") == 0.0 and np.abs(values(x["Q"])).max() == 0, f"{where}: the scores are not flat"
             assert values(x["V"]).mean() > offset / 2, f"{where}: the values average {values(x['V']).mean():.3g}"
             assert c.params["N"] * offset > 65504, f"{where}: N * v_offset stays within half precision's range"
+            if c.params.get("do_offset"):  # the backward's D = rowsum(dO * O): each product past half's range
+                assert (values(x["O"]) * values(x["dO"])).min() > 65504, f"{where}: dO * O stays within half's range"
             seen += 1
     assert seen, "no case asks for v_offset"

@@ -21,6 +21,7 @@ from ..launch import ceil_div
 from ._attention import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
     forward_with_mask, qkv, scale_of, tile_skipping_io
 from .m05_masking import padding_mistakes
+from .m08_tensor_cores import K_MATRICES, _k_matrices_swapped
 
 MODULE = "11_capstone"
 KERNEL = "capstone_fwd"
@@ -66,6 +67,15 @@ def _values(x, dtype=F32):
 
 def _keep(p, x):
     return _keep_mask(p.N, causal=p.causal, key_lengths=x["key_lengths"])
+
+
+def _k_swapped(p, v):
+    """The forward with K's B fragments loaded through crossed ldmatrix addresses (module 08's
+    K_MATRICES), on the kernel's inputs as values; the keys past N are the tile's zero-filled rows."""
+    k = _k_matrices_swapped(np.concatenate([v["K"], np.zeros(v["K"].shape[:-2] + (-p.N % 16, p.d))], axis=-2))
+    o, lse = ref.attention_forward(v["Q"], k[..., :p.N, :], v["V"], causal=p.causal, scale=float(scale_of(p)),
+                                   key_lengths=v["key_lengths"])
+    return dict(O=o, L=lse)
 
 
 def _reference(p, x):
@@ -221,7 +231,7 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
     rows_per_block = block_rows(cfg)
     elem = "__nv_bfloat16" if bf16 else "__half"
     mistakes = [*_causal_mistakes(), *padding_mistakes(causal), *_walk_mistakes(causal, cfg),
-                 *forward_mistakes(Mistake, cfg["TILE"], keep=_keep)]
+                 *forward_mistakes(Mistake, cfg["TILE"], keep=_keep), Mistake(*K_MATRICES, _k_swapped)]
     mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]
     row = dict(
         id=ex_id,

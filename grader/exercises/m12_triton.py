@@ -142,7 +142,26 @@ def _exp2_unfolded(p, x):
     return dict(O=o, L=lse)
 
 
+def _acc_in_half(p, x, block=64):
+    """The output accumulator rounded to the inputs' half type after each block of keys (an acc of
+    q.dtype, or tl.dot(p, v, acc) cast back): the rows whose unnormalised sum passes 65504 become inf.
+    Only for the flat-score cases (spread=0, v_offset), where the running max never moves."""
+    if getattr(p, "spread", 1.0) != 0.0 or not getattr(p, "v_offset", 0.0) or getattr(p, "dtype", "fp16") != "fp16":
+        return None
+    v = _values(x)
+    o, lse = ref.attention_forward(v["Q"], v["K"], v["V"], causal=getattr(p, "causal", False), scale=_scale(p))
+    keep = np.tril(np.ones((p.N, p.N), bool)) if getattr(p, "causal", False) else np.ones((p.N, p.N), bool)
+    acc = np.zeros(v["V"].shape[:-2] + (p.N, p.d), F16)
+    with np.errstate(over="ignore"):
+        for j in range(0, p.N, block):  # every score 0: p = 1 for each kept key
+            acc = (acc.astype(np.float64) + keep[:, j:j + block].astype(np.float64) @ v["V"][..., j:j + block, :]).astype(F16)
+    return dict(O=acc.astype(np.float64) / keep.sum(1)[:, None], L=lse)
+
+
 TRITON_MISTAKES = [
+    Mistake("accumulated in half precision", "keep acc in float32 (tl.zeros(..., tl.float32), and tl.dot(p, v, acc) "
+            "with that acc): with every score equal the unnormalised output is the sum of the values, past half "
+            "precision's 65504 here; only O, divided by l at the end, goes back to the inputs' type.", _acc_in_half),
     Mistake("exp2 without log2(e) folded into the scale",
             "tl.exp2(s - m) is e^((s - m) ln 2): multiply the scores by scale * log2(e) = scale * 1.44269504 before "
             "the max and exp2 (and turn L back into natural log at the end: L = (m + log2(l)) / log2(e)).",
@@ -199,6 +218,7 @@ def _flash_cases(causal):
         case("max_in_last_block", seed=16, B=1, H=1, N=600, d=64, late_peak=30.0, **c),
         case("later_blocks_far_below", seed=17, B=1, H=1, N=300, d=64, falling=120.0, **c),
         case("all_scores_below_minus_87", seed=18, B=1, H=1, N=200, d=64, negative=150.0, **c),
+        case("uniform_large_values", seed=20, B=1, H=1, N=256, d=64, spread=0.0, v_offset=300.0, **c),
         hidden("ragged", B=2, H=3, N=333, d=64, layout="bnhd", **c),
         hidden("bf16_d128", B=1, H=2, N=257, d=128, dtype="bf16", **c),
         hidden("one_row_bf16", B=1, H=1, N=1, d=128, dtype="bf16", **c),
@@ -251,7 +271,7 @@ def _backward_inputs(p, rng):
     """Q, K, V and dO drawn and rounded to the case's dtype; O and L from the float64 forward on the
     rounded values (O rounded to the dtype as a forward would store it, L float32), as module 06."""
     x = _flash_inputs(p, rng)
-    do = rng.standard_normal((p.B, p.H, p.N, p.d)).astype(F32)
+    do = (rng.standard_normal((p.B, p.H, p.N, p.d)) + getattr(p, "do_offset", 0.0)).astype(F32)
     x["dO"] = bf16_bits(do) if getattr(p, "dtype", "fp16") == "bf16" else do.astype(F16)
     o, lse = ref.attention_forward(*(_values(x)[n] for n in "QKV"), scale=_scale(p))
     x["O"] = bf16_bits(o.astype(F32)) if getattr(p, "dtype", "fp16") == "bf16" else o.astype(F16)
@@ -291,6 +311,12 @@ def _grads(p, v, *, lse=None, D=None, scale=None, out=None):
         return dict(dQ=fq * dS @ k, dK=fk * np.swapaxes(dS, -1, -2) @ q, dV=np.swapaxes(P, -1, -2) @ do)
 
 
+def _half_products_d(v):
+    """rowsum(dO * O) with each product rounded to half (inf past 65504), summed in float."""
+    with np.errstate(over="ignore"):
+        return (v["O"].astype(F16) * v["dO"].astype(F16)).astype(np.float64).sum(-1)
+
+
 def _on_backward_values(fn):
     return lambda p, x: fn(p, _backward_values(x))
 
@@ -302,6 +328,11 @@ def _backward_mistakes():
          "D_i = rowsum(dO_i * O_i), the row of the forward's output O (one number per query row, the "
          "preprocess kernel): not of V.",
          lambda p, v: _grads(p, v, D=(v["dO"] * v["V"]).sum(-1))),
+        ("D computed in half precision",
+         "D = rowsum(dO * O) with both converted to float32 before the product (o.to(tl.float32) * "
+         "do.to(tl.float32)): a product of two half values is rounded to half, and here, outputs and "
+         "gradients about 300, it is past half precision's 65504.",
+         lambda p, v: _grads(p, v, D=_half_products_d(v)) if getattr(p, "do_offset", 0.0) else None),
         ("dS without the D term (no preprocess)",
          "dS = P * (dP - D) with D = rowsum(dO * O), computed before the main kernels (the preprocess "
          "kernel); it comes from the softmax's normalisation.",
@@ -351,6 +382,8 @@ BACKWARD_CASES = [
     case("bnhd_layout", seed=25, B=2, H=2, N=70, d=64, layout="bnhd"),
     case("large_logits", seed=26, B=1, H=1, N=140, d=64, spread=6.0),
     case("all_scores_below_minus_87", seed=27, B=1, H=1, N=90, d=64, negative=150.0),
+    # every score 0 and V, dO about 300: O about 300 too, so each product dO * O is about 90,000
+    case("large_values", seed=28, B=1, H=1, N=256, d=64, spread=0.0, v_offset=300.0, do_offset=300.0),
     hidden("ragged", B=1, H=2, N=201, d=64, layout="bnhd"),
     hidden("bf16_d128", B=1, H=1, N=129, d=128, dtype="bf16", scale=0.1),
     hidden("one_row_bf16", B=1, H=1, N=1, d=128, dtype="bf16"),

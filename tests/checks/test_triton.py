@@ -70,6 +70,12 @@ WRONG = [
      "'all_scores_below_minus_87'"),
     (BACKWARD, "dK scaled by scale * log2(e)", "dk * scale, mask=inside)", "dk * scale * LOG2E, mask=inside)",
      "dK scaled by scale * log2(e)"),
+    (FLASH, "accumulator rounded to half", "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])",
+     "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None]).to(v.dtype).to(tl.float32)", "accumulated in half precision"),
+    (CAUSAL, "accumulator rounded to half", "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])",
+     "acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None]).to(v.dtype).to(tl.float32)", "accumulated in half precision"),
+    (BACKWARD, "D from half-precision products", "tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)", "tl.sum(o * do, 1)",
+     "D computed in half precision"),
     (FLASH, "running max starts at 0", 'm_i = tl.full((BLOCK_M,), -float("inf"), tl.float32)',
      "m_i = tl.zeros((BLOCK_M,), tl.float32)", "running max starts at 0"),
     # out-of-bounds accesses are stopped before the interpreter makes them (a store used to kill the process)
