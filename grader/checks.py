@@ -184,6 +184,10 @@ EMULATOR_NAN = ("  On the emulator shared memory also starts as NaN, so reading 
 
 SOFTMAX_NAN = ("e.g. exp(m_old - m_new) when both maxima are -inf (no key seen yet, or all masked: subtract 0 "
                "instead), or l = 0 for a row with no keys.")
+BACKWARD_NAN = ("in a backward kernel, e.g. P = exp(scale*s - L) with a wrong L (-inf, or the row's L not read), "
+                "0 * inf in dS = P * (dP - D) once D or dP has overflowed, or an operand read from a shared tile "
+                "position no thread stored (with a block-wide product: the rows of a warp that skipped the tile "
+                "must still be written, as zeros).")
 PRODUCT_NAN = ("the inputs here are finite, so an operand was not an input element: a value read from a tile "
                "position no thread stored, or a fragment register used before anything was loaded into it.")
 

@@ -140,6 +140,7 @@ class TritonExercise:
     # outputs of products taken in half precision (the backward's tl.dot on P and dS), whose precision is
     # the inputs' dtype, not the outputs'
     case_tolerance: Callable | None = None
+    nan_causes: str | None = None  # as Exercise.nan_causes
     kind: str = "triton"
 
     def visible_cases(self):

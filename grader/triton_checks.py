@@ -162,7 +162,7 @@ def run_case(ex, launcher, cell_file: str, c, seed: int, be: str):
         want = np.asarray(expected[name], dtype=np.float64)
         dtype = _dtype_name(ex, name, p)
         diff = compare(name, values[name], want, _tolerance(ex, name, dtype, be), never[name], be, mags.get(name),
-                       nan_source=MASKED_LOAD_NAN)
+                       nan_source=MASKED_LOAD_NAN, nan_causes=ex.nan_causes)
         if diff:
             hint = (_named_mistake(ex, p, inputs, values, expected, be, mags)
                     or _generic_diagnosis(name, values[name], want, never[name], c.params))

@@ -2,6 +2,7 @@
 import numpy as np
 
 from .. import reference as ref
+from ..checks import BACKWARD_NAN
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import backward_magnitude, qkv, scale_of, tile_skipping_io
@@ -123,6 +124,7 @@ def _grad_mistakes(outputs):
 
 
 exercise(
+    nan_causes=BACKWARD_NAN,
     id="flash_bwd_preprocess",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
@@ -147,6 +149,7 @@ exercise(
 _TILE_ARGS = lambda p, a: (a.Q, a.K, a.V, a.dO, a.L, a.D)  # noqa: E731
 
 exercise(
+    nan_causes=BACKWARD_NAN,
     id="flash_bwd_dkdv",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
@@ -170,6 +173,7 @@ exercise(
 )
 
 exercise(
+    nan_causes=BACKWARD_NAN,
     id="flash_bwd_dq",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
@@ -193,6 +197,7 @@ exercise(
 )
 
 exercise(
+    nan_causes=BACKWARD_NAN,
     id="flash_bwd_atomic",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
@@ -217,6 +222,7 @@ exercise(
 )
 
 exercise(
+    nan_causes=BACKWARD_NAN,
     id="flash_bwd_dkdv_causal",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,

@@ -16,6 +16,7 @@ import numpy as np
 from .. import autotune, benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
+from ..checks import BACKWARD_NAN
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
@@ -374,7 +375,7 @@ def _unpadded(p):
     return _keep_mask(p.N, causal=True) if p.causal else np.ones((1, 1, p.N, p.N), bool)
 
 
-def _bwd_mistakes(part, causal, rows, fused=False):
+def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
     outputs = BWD_OUTPUTS[part] + (("dQ",) if fused else ())
 
     def only(grads):
@@ -428,10 +429,26 @@ def _bwd_mistakes(part, causal, rows, fused=False):
             reached = [min(ceil_div(int(n), rows) * rows, p.N) for n in x["key_lengths"]]
             keep = _keep_mask(p.N, causal=p.causal, key_lengths=reached)
             return only(_bwd_grads(p, x) | {"dQ": _bwd_grads(p, x, keep=keep)["dQ"]})
+
+        def padded_dq_off_diagonal(p, x):
+            """Causal, the key test in place but taken only in the tiles that cross the block's diagonal:
+            a block holding padding keys runs its other tiles unmasked, and there they count in dQ."""
+            if not p.causal or not (x["key_lengths"] < p.N).any():
+                return None
+            i, j = np.arange(p.N)[:, None], np.arange(p.N)[None, :]
+            unmasked = i // tile * tile >= j // rows * rows + rows - 1  # the tile's rows all after the block's keys
+            keep = np.zeros((p.B, 1, p.N, p.N), bool)
+            for b, n in enumerate(int(n) for n in x["key_lengths"]):
+                reached = min(ceil_div(n, rows) * rows, p.N)
+                keep[b, 0] = (j <= i) & ((j < n) | ((j < reached) & unmasked))
+            return only(_bwd_grads(p, x) | {"dQ": _bwd_grads(p, x, keep=keep)["dQ"]})
         found += [
             Mistake("padding keys in dQ", "the padding keys' dK and dV are zeroed at the end, but their dS went "
                     "into dQ: P = 0 for a key at or past key_lengths[b], in every tile of a block that holds such "
                     "keys (the tiles of other blocks need no test).", padded_dq),
+            Mistake("padding keys in dQ", "the padding keys' dK and dV are zeroed at the end, but their dS went "
+                    "into dQ: a block that holds keys at or past key_lengths[b] takes the masked tile_grads in every "
+                    "tile, not only in those that cross its diagonal.", padded_dq_off_diagonal),
             Mistake("dQ never added (the FUSED_DQ build)", "with -DFUSED_DQ=1 each block adds scale * dS K over "
                     "its keys into dQ (zero-filled by the launch) with atomic_add2: the dS^T tile in shared "
                     "memory, a __syncthreads(), then tile_dq_atomic.", lambda p, x: only(_bwd_grads(p, x) | {
@@ -516,7 +533,8 @@ def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
         cases=[_with(c, d=d, causal=causal) for c in CASES],
         race_check=True,
         race_case="five_tiles_ragged",
-        mistakes=_bwd_mistakes(part, causal, rows, fused),
+        mistakes=_bwd_mistakes(part, causal, rows, fused, cfg["TILE"]),
+        nan_causes=BACKWARD_NAN,
         zeroed=("dQ",) if fused else (),
         # the two-kernel build is handed a dQ it must leave alone: a poisoned array nobody reads
         scratch={"dQ": lambda p: ((p.B, p.H, p.N, p.d), F32)} if part == "dkdv" and not fused else {},

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
+from ..checks import BACKWARD_NAN
 from ..exercise_rows import Mistake, case, hidden, triton_exercise
 from ._attention import backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv
 
@@ -413,4 +414,5 @@ triton_exercise(
     mistakes=_backward_mistakes(),
     magnitude=_backward_magnitude,
     case_tolerance=lambda p: PRODUCT_TOLERANCE[getattr(p, "dtype", "fp16")],
+    nan_causes=BACKWARD_NAN,
 )
