@@ -33,6 +33,7 @@ from grader.checks import run_check  # noqa: E402
 from grader.errors import CourseError  # noqa: E402
 from grader.course import solution_source  # noqa: E402
 from grader.exercises import m11_capstone as m11  # noqa: E402
+from grader.wrong_corpus import replace_each_once  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 ROWS = [f"capstone_bwd_{part}_{build}" for part in ("dkdv", "dq", "dkdv_fused")
@@ -59,14 +60,6 @@ ABLATIONS = {
 }
 
 
-def edited(source, edits, what):
-    for find, replace in edits:
-        if source.count(find) != 1:
-            raise SystemExit(f"ablation {what!r}: its find text {find!r} no longer stands once in the solution")
-        source = source.replace(find, replace)
-    return source
-
-
 def ablation(dkdv):
     """Each ABLATIONS edit timed (D + zero-fill + fused, beside the unedited kernel in the same run) at
     the committed choices of every fp16 configuration whose backward is the fused build."""
@@ -78,7 +71,8 @@ def ablation(dkdv):
         config, choices = [("fp16", rec["d"], rec["causal"])], {"dkdv": rec["choices"]["dkdv"]}
         (kept,) = bench_backward(dkdv, None, configs=config, choices=choices, baselines=False)
         for what, edits in ABLATIONS.items():
-            (row,) = bench_backward(edited(dkdv, edits, what), None, configs=config, choices=choices, baselines=False)
+            (row,) = bench_backward(replace_each_once(dkdv, edits, f"ablation {what!r}"), None, configs=config,
+                                    choices=choices, baselines=False)
             rows.append(dict(d=rec["d"], causal=rec["causal"], change=what, ms=benchmark._sig(float(np.median(row.ms))),
                              kept_ms=benchmark._sig(float(np.median(kept.ms))), choices=choices["dkdv"]))
             print(rows[-1], flush=True)

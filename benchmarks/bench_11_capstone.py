@@ -32,6 +32,7 @@ from grader.checks import REGISTRY, run_check  # noqa: E402
 from grader.course import solution_source  # noqa: E402
 from grader.exercises import m11_capstone as m11  # noqa: E402
 from grader.kernel import RawKernel  # noqa: E402
+from grader.wrong_corpus import replace_each_once  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 SEQS = (4096, 16384, 32768)
@@ -135,13 +136,8 @@ def ablation(source, dtype, d, causal, cfg, kept_tflops):
     ex_id = build(dtype, d, causal, cfg)
     rows = []
     for what, edits in ABLATIONS.items():
-        edited = source
-        for find, replace in edits:
-            if edited.count(find) != 1:
-                raise SystemExit(f"ablation {what!r}: its find text {find!r} no longer stands once in the solution")
-            edited = edited.replace(find, replace)
-        report = grader.bench(ex_id, edited, dtype=dtype, baselines=False,
-                              budget=Budget(min_runs=10, min_ms=150))
+        report = grader.bench(ex_id, replace_each_once(source, edits, f"ablation {what!r}"), dtype=dtype,
+                              baselines=False, budget=Budget(min_runs=10, min_ms=150))
         if not report.check_passed:
             raise SystemExit(f"ablation {what!r}: {report.check_message}")
         rows.append(dict(dtype=dtype, d=d, causal=causal, change=what, tflops=benchmark._sig(report.kernel.tflops),

@@ -66,17 +66,12 @@ def variant_sources() -> dict[str, str]:
     """Each variant's source, from the solution; fails loudly when an edit no longer applies (the
     solution changed under this benchmark)."""
     from grader.course import solution_source
+    from grader.wrong_corpus import replace_each_once
 
     solution = solution_source("mma_matmul_pipe")
     out = {}
     for name, _, edits in VARIANTS:
-        src = solution
-        for old, new in edits:
-            if src.count(old) != 1:
-                raise SystemExit(f"matmul_parts: the solution no longer contains {old!r} exactly once; "
-                                 f"update the '{name}' variant")
-            src = src.replace(old, new)
-        out[name] = src
+        out[name] = replace_each_once(solution, edits, f"matmul_parts variant {name!r}")
     return out
 
 

@@ -51,6 +51,16 @@ class Block:
     replace: list[str]
 
 
+def replace_each_once(source: str, pairs, what: str) -> str:
+    """``source`` with each (find, replace) applied, every find standing exactly once (the benchmarks'
+    ablations and variants: a find that the solution no longer holds once is an error, never a no-op)."""
+    for find, replace in pairs:
+        if source.count(find) != 1:
+            raise StaleEdit(f"{what}: its find text {find[:80]!r} no longer stands once in the solution")
+        source = source.replace(find, replace)
+    return source
+
+
 def solution_base(exercise_id: str) -> str:
     """What edits apply to: the instructor's kernel without its solution-region marker lines."""
     return "\n".join(l for l in solution_source(exercise_id).split("\n") if not SOLUTION_MARK.fullmatch(l))

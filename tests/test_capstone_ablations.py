@@ -7,6 +7,7 @@ import pytest
 from grader.capstone import build
 from grader.checks import REGISTRY
 from grader.course import ROOT, solution_source
+from grader.wrong_corpus import replace_each_once
 
 spec = importlib.util.spec_from_file_location("bench_11_capstone_under_test", ROOT / "benchmarks" / "bench_11_capstone.py")
 bench = importlib.util.module_from_spec(spec)
@@ -14,18 +15,10 @@ spec.loader.exec_module(bench)
 SOLUTION = solution_source("capstone_fwd_d64")
 
 
-def edited(edits):
-    source = SOLUTION
-    for find, replace in edits:
-        assert source.count(find) == 1, f"the find text no longer stands once in the solution: {find[:80]!r}"
-        source = source.replace(find, replace)
-    assert source != SOLUTION
-    return source
-
-
 @pytest.mark.parametrize("change", list(bench.ABLATIONS))
 def test_every_ablation_is_an_edit_of_the_solution_that_compiles(change):
-    source = edited(bench.ABLATIONS[change])
+    source = replace_each_once(SOLUTION, bench.ABLATIONS[change], change)
+    assert source != SOLUTION
     nvrtc = pytest.importorskip("grader.nvrtc")
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     # the build with the most registers at stake: d = 128, 32 rows per warp, Q from shared memory
@@ -42,7 +35,7 @@ DKDV = solution_source("capstone_bwd_dkdv_d64")
 
 @pytest.mark.parametrize("change", list(backward.ABLATIONS))
 def test_every_backward_ablation_is_an_edit_of_the_fused_solution_that_compiles(change):
-    source = backward.edited(DKDV, backward.ABLATIONS[change], change)
+    source = replace_each_once(DKDV, backward.ABLATIONS[change], change)
     assert source != DKDV
     nvrtc = pytest.importorskip("grader.nvrtc")
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")

@@ -65,18 +65,37 @@ def gxx() -> str | None:
     return shutil.which(os.environ.get("GRADER_CXX", "g++"))
 
 
-@functools.lru_cache(maxsize=None)
+def _remember_found(probe):
+    """Cache a probe's answer once it finds something, never a miss: a probe that failed once on a
+    loaded machine (a subprocess timing out while other workers start) must not turn the race
+    detector or the fast fibers off for the rest of the process."""
+    found = []
+
+    def cached():
+        if not found:
+            answer = probe()
+            if not answer:
+                return answer
+            found.append(answer)
+        return found[0]
+
+    cached.__doc__, cached.__wrapped__ = probe.__doc__, probe
+    return cached
+
+
+@_remember_found
 def clang() -> str | None:
-    for name in ("clang++-16", "clang++"):
-        found = shutil.which(name)
-        if found and _clang_major(found) >= 16:
-            return found
-    return None
+    """clang++ 16 or newer: clang++-16 by its name (no subprocess), else a plain clang++ that says 16+."""
+    versioned = shutil.which("clang++-16")
+    if versioned:
+        return versioned
+    plain = shutil.which("clang++")
+    return plain if plain and _clang_major(plain) >= 16 else None
 
 
 def _clang_major(path: str) -> int:
     try:
-        out = subprocess.run([path, "-dumpversion"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([path, "-dumpversion"], capture_output=True, text=True, timeout=60).stdout
         return int(out.strip().split(".")[0])
     except (OSError, ValueError, subprocess.SubprocessError):
         return 0
@@ -87,7 +106,7 @@ def _compiler_id(path: str) -> str:
     return subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
 
 
-@functools.lru_cache(maxsize=None)
+@_remember_found
 def boost_available() -> bool:
     dirs = [Path("/usr/include"), Path("/usr/local/include")]
     if not any((d / _BOOST_HEADER).exists() for d in dirs):

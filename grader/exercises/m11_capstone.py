@@ -73,8 +73,7 @@ def _keep(p, x):
 def _k_swapped(p, v):
     """The forward with K's B fragments loaded through crossed ldmatrix addresses (module 08's
     K_MATRICES), on the kernel's inputs as values; the keys past N are the tile's zero-filled rows."""
-    k = _k_matrices_swapped(np.concatenate([v["K"], np.zeros(v["K"].shape[:-2] + (-p.N % 16, p.d))], axis=-2))
-    o, lse = ref.attention_forward(v["Q"], k[..., :p.N, :], v["V"], causal=p.causal, scale=float(scale_of(p)),
+    o, lse = ref.attention_forward(v["Q"], _k_matrices_swapped(v["K"]), v["V"], causal=p.causal, scale=float(scale_of(p)),
                                    key_lengths=v["key_lengths"])
     return dict(O=o, L=lse)
 
@@ -376,7 +375,7 @@ def _unpadded(p):
 
 
 def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
-    outputs = BWD_OUTPUTS[part] + (("dQ",) if fused else ())
+    outputs = bwd_outputs(part, {"FUSED_DQ": fused})
 
     def only(grads):
         return {n: grads[n] for n in outputs}
@@ -421,34 +420,28 @@ def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
             return {n: np.where(kept, computed[n], right[n]) if n != "dQ" else right[n] for n in outputs}
         found.append(Mistake(padding, padding_why, kept_in_last_block))
     if fused:
-        def padded_dq(p, x):
-            """dK, dV right (padding rows zeroed at the end) but dQ summed over the padding keys of the
-            block that holds the last valid key too (the blocks past it never run)."""
-            if not (x["key_lengths"] < p.N).any():
-                return None
-            reached = [min(ceil_div(int(n), rows) * rows, p.N) for n in x["key_lengths"]]
-            keep = _keep_mask(p.N, causal=p.causal, key_lengths=reached)
-            return only(_bwd_grads(p, x) | {"dQ": _bwd_grads(p, x, keep=keep)["dQ"]})
+        def padded_dq(diagonal_only):
+            """dK, dV right (padding rows zeroed at the end) but dQ summed over the padding keys of the block
+            that holds the last valid key (the blocks past it never run): in every tile, or, with the key test
+            taken only in the tiles that cross a causal block's diagonal, in its other tiles."""
+            def model(p, x):
+                if (diagonal_only and not p.causal) or not (x["key_lengths"] < p.N).any():
+                    return None
+                i, j = np.arange(p.N)[:, None], np.arange(p.N)[None, :]
+                unmasked = i // tile * tile >= j // rows * rows + rows - 1 if diagonal_only else True
+                keep = np.zeros((p.B, 1, p.N, p.N), bool)
+                for b, n in enumerate(int(n) for n in x["key_lengths"]):
+                    reached = min(ceil_div(n, rows) * rows, p.N)
+                    keep[b, 0] = ((j <= i) | (not p.causal)) & ((j < n) | ((j < reached) & unmasked))
+                return only(_bwd_grads(p, x) | {"dQ": _bwd_grads(p, x, keep=keep)["dQ"]})
+            return model
 
-        def padded_dq_off_diagonal(p, x):
-            """Causal, the key test in place but taken only in the tiles that cross the block's diagonal:
-            a block holding padding keys runs its other tiles unmasked, and there they count in dQ."""
-            if not p.causal or not (x["key_lengths"] < p.N).any():
-                return None
-            i, j = np.arange(p.N)[:, None], np.arange(p.N)[None, :]
-            unmasked = i // tile * tile >= j // rows * rows + rows - 1  # the tile's rows all after the block's keys
-            keep = np.zeros((p.B, 1, p.N, p.N), bool)
-            for b, n in enumerate(int(n) for n in x["key_lengths"]):
-                reached = min(ceil_div(n, rows) * rows, p.N)
-                keep[b, 0] = (j <= i) & ((j < n) | ((j < reached) & unmasked))
-            return only(_bwd_grads(p, x) | {"dQ": _bwd_grads(p, x, keep=keep)["dQ"]})
+        dq_why = "the padding keys' dK and dV are zeroed at the end, but their dS went into dQ: "
         found += [
-            Mistake("padding keys in dQ", "the padding keys' dK and dV are zeroed at the end, but their dS went "
-                    "into dQ: P = 0 for a key at or past key_lengths[b], in every tile of a block that holds such "
-                    "keys (the tiles of other blocks need no test).", padded_dq),
-            Mistake("padding keys in dQ", "the padding keys' dK and dV are zeroed at the end, but their dS went "
-                    "into dQ: a block that holds keys at or past key_lengths[b] takes the masked tile_grads in every "
-                    "tile, not only in those that cross its diagonal.", padded_dq_off_diagonal),
+            Mistake("padding keys in dQ", dq_why + "P = 0 for a key at or past key_lengths[b], in every tile of a "
+                    "block that holds such keys (the tiles of other blocks need no test).", padded_dq(False)),
+            Mistake("padding keys in dQ", dq_why + "a block that holds keys at or past key_lengths[b] takes the "
+                    "masked tile_grads in every tile, not only in those that cross its diagonal.", padded_dq(True)),
             Mistake("dQ never added (the FUSED_DQ build)", "with -DFUSED_DQ=1 each block adds scale * dS K over "
                     "its keys into dQ (zero-filled by the launch) with atomic_add2: the dS^T tile in shared "
                     "memory, a __syncthreads(), then tile_dq_atomic.", lambda p, x: only(_bwd_grads(p, x) | {
