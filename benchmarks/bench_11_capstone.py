@@ -5,6 +5,8 @@ backend (the target: at least 1.0x) and cuDNN's. The kernel is read from the ins
 (grader.course.solution_source): the source the course grades.
 
     python benchmarks/bench_11_capstone.py gpu --out DIR [--merge]   # on a GPU (about 6 minutes)
+    python benchmarks/bench_11_capstone.py gpu --only fp16:128:1 --out DIR [--merge]
+                                # those configurations again, kept beside the others of results/capstone.json
     python benchmarks/bench_11_capstone.py emulator                  # every tuned build checked, no timing
 
 Writes DIR/capstone.json: ``tuned`` (the fastest choices per configuration, read by
@@ -174,6 +176,26 @@ def gpu_main(out: Path, source: str, repeats: int = 3, seqs=SEQS, configs=m11.CO
         save()
 
 
+def merge_configs(out: Path, configs) -> None:
+    """DIR/capstone.json (a run of ``configs`` only) merged into results/capstone.json, whose other
+    configurations are kept (same GPU model required): their tuned choices, sweep rows, records and
+    ablation rows replaced, in m11.CONFIGS order. Writes the whole file to DIR/capstone.json."""
+    cap, new = (json.loads(p.read_text()) for p in (RESULTS / "capstone.json", out / "capstone.json"))
+    devices = {r.get("device") for r in cap["bench"] + new["bench"]}
+    if len(devices) != 1:
+        raise SystemExit(f"results/capstone.json and this run were measured on different GPUs ({devices}): "
+                         "run the whole bench")
+    order = {c: i for i, c in enumerate(m11.CONFIGS)}
+
+    def key(r):
+        return r["dtype"], r["d"], r["causal"]
+
+    for part in ("tuned", "sweep", "bench", "ablation"):
+        kept = [r for r in cap[part] if key(r) not in configs]
+        cap[part] = sorted(kept + new[part], key=lambda r: order[key(r)])  # stable: each part's own order within
+    (out / "capstone.json").write_text(json.dumps(cap, indent=1) + "\n")
+
+
 def ablation_main(out: Path, source: str):
     """The ablation rows again, beside the kept results of results/capstone.json (same GPU model
     required): for a change to ABLATIONS without a new sweep. Writes DIR/capstone.json whole."""
@@ -213,6 +235,8 @@ if __name__ == "__main__":
     ap.add_argument("--ablation-only", action="store_true",
                     help="time only the ablation rows, at the choices and S = 4096 speeds of results/capstone.json")
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)), help="sequence lengths the tuned kernel is timed at")
+    ap.add_argument("--only", help="sweep and time these configurations only (dtype:d:causal, comma-separated, "
+                    "e.g. fp16:128:1), kept beside the others of results/capstone.json (same GPU model required)")
     a = ap.parse_args()
     code = a.source.read_text() if a.source else solution_source("capstone_fwd_d64")
     if a.mode == "emulator":
@@ -220,8 +244,13 @@ if __name__ == "__main__":
     elif a.ablation_only:
         ablation_main(a.out, code)
     else:
-        gpu_main(a.out, code, seqs=[int(s) for s in a.seqs.split(",")],
-                 configs=[c for c in m11.CONFIGS if c[0] in a.dtypes.split(",")])
+        configs = [c for c in m11.CONFIGS if c[0] in a.dtypes.split(",")]
+        if a.only:
+            only = {(t, int(d), c == "1") for t, d, c in (o.split(":") for o in a.only.split(","))}
+            configs = [c for c in configs if c in only]
+        gpu_main(a.out, code, seqs=[int(s) for s in a.seqs.split(",")], configs=configs)
+        if a.only:
+            merge_configs(a.out, set(configs))
         if a.merge:
             benchmark.merge_records(RESULTS / "gpu_evidence.json",
                                     json.loads((a.out / "capstone.json").read_text())["bench"])

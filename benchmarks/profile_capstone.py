@@ -55,12 +55,14 @@ def launch(dtype: str, d: int, causal: bool):
 
 
 def profile(ncu: str, dtype: str, d: int, causal: bool) -> dict:
-    """Both kernels' metrics, and the GPU they ran on (``device``)."""
+    """Both kernels' metrics, the GPU they ran on (``device``) and the capstone's choices (``choices``)."""
     got = collect(ncu, __file__, f"{dtype},{d},{int(causal)}", "capstone_fwd|flash_fwd",
                   lambda name: "capstone" if "capstone_fwd" in name else "SDPA flash")
     name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
                           capture_output=True, text=True).stdout.strip()
-    return got | {"device": name}
+    from grader.exercises import m11_capstone as m11
+
+    return got | {"device": name, "choices": m11.tuned_configs()[(dtype, d, causal)]}
 
 
 def table(results: dict) -> str:

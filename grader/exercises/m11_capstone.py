@@ -28,7 +28,7 @@ MODULE = "11_capstone"
 KERNEL = "capstone_fwd"
 F16, F32 = np.float16, np.float32
 CONFIG = {"WARPS": 4, "WARP_ROWS": 32, "TILE": 64, "STAGES": 2}  # the graded rows' launch
-SPACE = {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (64, 128), "STAGES": (2, 3), "Q_IN_REGS": (0, 1),
+SPACE = {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (32, 64, 128), "STAGES": (2, 3), "Q_IN_REGS": (0, 1),
          "LAZY_RESCALE": (0, 1)}
 CONFIGS = [(dtype, d, causal) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
 TUNED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "capstone.json"
