@@ -42,13 +42,15 @@ def _blocks8_transposed(x):
     return y[..., :rows, :cols]
 
 
-def _k_matrices_swapped(k):
-    """K as an ldmatrix_x4 of the B fragments with its four matrices' addresses swapped (key offset
-    from lane / 8 % 2, column offset from lane / 8 / 2, instead of the reverse), K zero-padded to
-    multiples of 16 keys and 16 columns: in every 16 x 16 block the keys 8-15 of columns 0-7 and the
-    keys 0-7 of columns 8-15 trade places, the block's two key halves crossed with its two column halves."""
-    rows, cols = k.shape[-2:]
-    y = _pad(_pad(k, -2, 16), -1, 16)
+def _matrices_crossed(x):
+    """``x`` (rows x columns, zero-padded to multiples of 16 of each) as an ldmatrix_x4 returns it when
+    the lane's address takes its row half from lane / 8 / 2 and its column half from lane / 8 % 2, the
+    reverse of the operand's order: in every 16 x 16 block, rows 8-15 of columns 0-7 and rows 0-7 of
+    columns 8-15 trade places, the block's two row halves crossed with its two column halves. The same
+    for K's B fragments (rows: keys), Q's A fragments (rows: queries) and V's .trans B fragments
+    (rows: keys, columns: d)."""
+    rows, cols = x.shape[-2:]
+    y = _pad(_pad(x, -2, 16), -1, 16)
     g, c = y.shape[-2] // 16, y.shape[-1] // 16
     y = y.reshape(*y.shape[:-2], g, 2, 8, c, 2, 8).swapaxes(-5, -2).reshape(*y.shape[:-2], 16 * g, 16 * c)
     return y[..., :rows, :cols]
@@ -59,6 +61,16 @@ K_MATRICES = ("K's four ldmatrix matrices in the wrong order",
               "keys 8n + 8 (m / 2) .., columns 16kk + 8 (m % 2) ..: registers 0 and 1 are the two column halves "
               "of key block n, registers 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address, "
               "each key block takes half its columns from the other block's keys.")
+Q_MATRICES = ("Q's four ldmatrix matrices in the wrong order",
+              "the A fragment of rows r0 .. r0 + 15, columns 16kk .. 16kk + 15 is {rows 0-7, rows 8-15} of columns "
+              "0-7, then of columns 8-15: lane l gives the address of row r0 + l % 16, column 16kk + 8 (l / 16). "
+              "With the row half taken from l / 16 and the column half from l / 8 % 2, registers 1 and 2 trade "
+              "places: each query's scores use half of another query's Q.")
+V_MATRICES = ("V's four ldmatrix matrices in the wrong order",
+              "for P V the .trans load of keys 16kk .. 16kk + 15, columns 8n .. 8n + 15 takes its matrix m = lane / 8 "
+              "from keys 16kk + 8 (m % 2) .., columns 8n + 8 (m / 2) ..: registers 0 and 1 are the two key halves "
+              "of column block n, 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address, half "
+              "of each output column is summed over another column's values.")
 
 
 def _c_rows_paired(x):
@@ -290,7 +302,8 @@ exercise(
                 "is used transposed.",
                 lambda p, x: dict(S=_scores(x["Q"], _blocks8_transposed(_f64(x["K"])), _qk_scale(p)))),
         Mistake(*C_ROWS, lambda p, x: dict(S=_c_rows_paired(_scores(_pad(_f64(x["Q"]), 0, 16), x["K"], _qk_scale(p)))[:p.N])),
-        Mistake(*K_MATRICES, lambda p, x: dict(S=_scores(x["Q"], _k_matrices_swapped(_f64(x["K"])), _qk_scale(p)))),
+        Mistake(*K_MATRICES, lambda p, x: dict(S=_scores(x["Q"], _matrices_crossed(_f64(x["K"])), _qk_scale(p)))),
+        Mistake(*Q_MATRICES, lambda p, x: dict(S=_scores(_matrices_crossed(_f64(x["Q"])), x["K"], _qk_scale(p)))),
     ],
 )
 
@@ -331,7 +344,7 @@ def _half_bits_as_bf16(a):
 
 def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transposed=False, rows_paired=False,
                 alpha_rows_swapped=False, alpha_by_column=False, k_transposed=False, k_swapped=False,
-                p_bits_as_bf16=False,
+                q_swapped=False, v_swapped=False, p_bits_as_bf16=False,
                 acc_half=False):
     """The forward as the tensor-core kernel computes it, in float64, tile of 64 keys by tile
     (causal when ``p.causal``: a block walks up to the tile holding its last row, and keys past a
@@ -353,7 +366,8 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
     * ``alpha_by_column``: the output fragment rescaled with alpha[e % 2]: float e (row g + 8 * (e / 2),
       column 2t + e % 2) takes its own row's factor only where e / 2 == e % 2, the other row's elsewhere.
     * ``k_transposed``: K read with .trans: every 8 x 8 block of K used transposed in the scores.
-    * ``k_swapped``: K's B fragments loaded with the ldmatrix matrices crossed (:func:`_k_matrices_swapped`).
+    * ``k_swapped``, ``q_swapped``, ``v_swapped``: K's, Q's or V's fragments loaded with the ldmatrix
+      matrices crossed (:func:`_matrices_crossed`).
     * ``p_bits_as_bf16``: P packed as fp16 bits that the bfloat16 mma reads as bfloat16 (l is summed
       from the float p, right).
     * ``acc_half``: the output accumulator rounded to half after each mma (16 keys): it overflows once
@@ -367,7 +381,11 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
     if k_transposed:
         k = _blocks8_transposed(k)
     if k_swapped:
-        k = _k_matrices_swapped(k)
+        k = _matrices_crossed(k)
+    if q_swapped:
+        q = _matrices_crossed(q)
+    if v_swapped:
+        v = _matrices_crossed(v)
     nk = k.shape[-2]
     lane_of_key = (np.arange(TILE) % 8) // 2
     lane_of_col = (np.arange(p.d) % 8) // 2
@@ -463,6 +481,8 @@ FLASH_MISTAKES = [
             "needs .trans). With .trans every 8 x 8 block of K is used transposed.",
             lambda p, x: _tc_forward(p, x, k_transposed=True)),
     Mistake(*K_MATRICES, lambda p, x: _tc_forward(p, x, k_swapped=True)),
+    Mistake(*Q_MATRICES, lambda p, x: _tc_forward(p, x, q_swapped=True)),
+    Mistake(*V_MATRICES, lambda p, x: dict(O=_tc_forward(p, x, v_swapped=True)["O"])),
     Mistake("output rescaled with alpha[e % 2]",
             "output fragment float e belongs to row g + 8 * (e / 2) and column 2t + e % 2: multiply o[n][e] by "
             "alpha[e / 2], its row's factor; e % 2 picks by column, which gives half the floats the other row's.",

@@ -25,6 +25,7 @@ from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import max_from_zero, score_sizes
+from .m08_tensor_cores import Q_MATRICES, _matrices_crossed
 
 MODULE = "10_decoding"
 F16, F32 = np.float16, np.float32
@@ -795,6 +796,13 @@ def _tile_offset_forgotten(p, x):
     return _tiled(p, _split_ref(pp, dict(xx, Q=xx["Q"][:, :, np.arange(pp.n_q) % SPLITK_ROWS])))
 
 
+def _q_crossed(p, x):
+    """Q's A fragments loaded through crossed ldmatrix addresses (module 08's Q_MATRICES): each 16-row group of a
+    query tile mixes the row halves of its two column halves (rows past S_q are the tile's zero rows)."""
+    pp, xx = _padded(p, x)
+    return _tiled(p, _split_ref(pp, dict(xx, Q=_matrices_crossed(xx["Q"]))))
+
+
 def _every_key(p, x):
     """Every block attends all the valid keys of its batch entry, whatever its split."""
     if p.splits == 1:
@@ -858,6 +866,7 @@ SPLITK_MISTAKES = [
             "block x owns the query rows q0 = blockIdx.x * BLOCK_ROWS onwards: copy the Q tile from row q0 of the "
             "head, not from row 0.",
             _tile_offset_forgotten),
+    Mistake(*Q_MATRICES, _q_crossed),
 ]
 
 

@@ -22,7 +22,7 @@ from ..launch import ceil_div
 from ._attention import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
     forward_with_mask, qkv, scale_of, tile_skipping_io
 from .m05_masking import padding_mistakes
-from .m08_tensor_cores import K_MATRICES, _k_matrices_swapped
+from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
 
 MODULE = "11_capstone"
 KERNEL = "capstone_fwd"
@@ -70,12 +70,16 @@ def _keep(p, x):
     return _keep_mask(p.N, causal=p.causal, key_lengths=x["key_lengths"])
 
 
-def _k_swapped(p, v):
-    """The forward with K's B fragments loaded through crossed ldmatrix addresses (module 08's
-    K_MATRICES), on the kernel's inputs as values; the keys past N are the tile's zero-filled rows."""
-    o, lse = ref.attention_forward(v["Q"], _k_matrices_swapped(v["K"]), v["V"], causal=p.causal, scale=float(scale_of(p)),
-                                   key_lengths=v["key_lengths"])
-    return dict(O=o, L=lse)
+def _crossed(name):
+    """The forward with ``name``'s fragments (K, Q or V) loaded through crossed ldmatrix addresses (module
+    08's _matrices_crossed), on the kernel's inputs as values (``v``); rows past N are the tile's zero-filled
+    rows."""
+    def model(p, v):
+        v = dict(v, **{name: _matrices_crossed(v[name])})
+        o, lse = ref.attention_forward(v["Q"], v["K"], v["V"], causal=p.causal, scale=float(scale_of(p)),
+                                       key_lengths=v["key_lengths"])
+        return dict(O=o) if name == "V" else dict(O=o, L=lse)
+    return model
 
 
 def _reference(p, x):
@@ -231,7 +235,8 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
     rows_per_block = block_rows(cfg)
     elem = "__nv_bfloat16" if bf16 else "__half"
     mistakes = [*_causal_mistakes(), *padding_mistakes(causal), *_walk_mistakes(causal, cfg),
-                 *forward_mistakes(Mistake, cfg["TILE"], keep=_keep), Mistake(*K_MATRICES, _k_swapped)]
+                 *forward_mistakes(Mistake, cfg["TILE"], keep=_keep), Mistake(*K_MATRICES, _crossed("K")),
+                 Mistake(*Q_MATRICES, _crossed("Q")), Mistake(*V_MATRICES, _crossed("V"))]
     mistakes = [Mistake(m.name, m.explain, lambda p, x, w=m.wrong: w(p, _values(x))) for m in mistakes]
     row = dict(
         id=ex_id,
