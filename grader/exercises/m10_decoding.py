@@ -25,7 +25,7 @@ from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import max_from_zero, score_sizes
-from .m08_tensor_cores import Q_MATRICES, _matrices_crossed
+from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
 
 MODULE = "10_decoding"
 F16, F32 = np.float16, np.float32
@@ -803,6 +803,27 @@ def _q_crossed(p, x):
     return _tiled(p, _split_ref(pp, dict(xx, Q=_matrices_crossed(xx["Q"]))))
 
 
+def _chunk_crossed(name):
+    """K's or V's fragments loaded through crossed ldmatrix addresses (module 08's K_MATRICES, V_MATRICES): a
+    split's tiles start at its chunk's first key, so each chunk (keys start .. end - 1, zero rows past end) is
+    crossed in 16-row blocks counted from there."""
+    def wrong(p, x):
+        pp, xx = _padded(p, x)
+        q, k, v = _per_split(xx)
+        per_split = {"K": k, "V": v}[name]
+        lengths = np.broadcast_to(np.asarray(p.lengths).reshape(p.B, -1), (p.B, p.H))
+        chunk = ceil_div(p.N, p.splits)
+        crossed = np.zeros(per_split.shape[:2] + (p.splits,) + per_split.shape[3:])
+        for b, h, s in np.ndindex(p.B, p.H, p.splits):
+            start, end = s * chunk, min(s * chunk + chunk, int(lengths[b, h]))
+            if end > start:
+                crossed[b, h, s, start:end] = _matrices_crossed(per_split[b, h, 0, start:end])
+        k, v = (crossed, v) if name == "K" else (k, crossed)
+        state = ref.partial_state(q, k, v, scale=float(scale_of(p)), mask=_keep(pp)[..., None, :])
+        return _tiled(p, _as_split(ref.finalize_state(state)))
+    return wrong
+
+
 def _every_key(p, x):
     """Every block attends all the valid keys of its batch entry, whatever its split."""
     if p.splits == 1:
@@ -867,6 +888,8 @@ SPLITK_MISTAKES = [
             "head, not from row 0.",
             _tile_offset_forgotten),
     Mistake(*Q_MATRICES, _q_crossed),
+    Mistake(*K_MATRICES, _chunk_crossed("K")),
+    Mistake(*V_MATRICES, _chunk_crossed("V")),
 ]
 
 
