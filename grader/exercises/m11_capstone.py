@@ -348,22 +348,48 @@ def _bwd_inputs(bf16):
     return make
 
 
-def _bwd_grads(p, x, keep=None, lse_factor=1.0, use_lse=True, use_d=True, scale_out=None, padding_rows=True):
+def _bwd_grads(p, x, keep=None, lse_factor=1.0, use_lse=True, use_d=True, scale_out=None, padding_rows=True,
+               crossed=()):
     """dQ, dK, dV in float64 from the kernel's own inputs (its L and D); the switches reproduce bugs:
     ``keep`` a wrong mask, ``lse_factor`` L taken in another base, ``use_lse``/``use_d`` a missing term,
-    ``scale_out`` a wrong factor in dQ and dK, ``padding_rows=False`` dK, dV of padding keys not zeroed."""
+    ``scale_out`` a wrong factor in dQ and dK, ``padding_rows=False`` dK, dV of padding keys not zeroed,
+    ``crossed`` the operands ("Q.S": Q in the product S, see BWD_LOADS) loaded with crossed ldmatrix matrices."""
     v = _values(x, np.float64)
+
+    def use(name, product, value=None):
+        value = v[name] if value is None else value
+        return _matrices_crossed(value) if f"{name}.{product}" in crossed else value
+
     s = float(scale_of(p))
     keep = _keep(p, x) if keep is None else keep
     lse = np.asarray(v["L"], np.float64)[..., None] * lse_factor if use_lse else 0.0
     out = s if scale_out is None else scale_out
     rows_valid = (np.arange(p.N)[None, :] < np.asarray(v["key_lengths"])[:, None])[:, None, :, None] | (not padding_rows)
     with np.errstate(over="ignore", invalid="ignore"):  # the bug models may overflow P
-        P = np.exp(s * v["Q"] @ np.swapaxes(v["K"], -1, -2) - lse)
+        P = np.exp(s * use("Q", "S") @ np.swapaxes(use("K", "S"), -1, -2) - lse)
         P = np.where(np.broadcast_to(keep, P.shape), P, 0.0) if keep is not None else P
-        dS = P * (v["dO"] @ np.swapaxes(v["V"], -1, -2) - (np.asarray(v["D"], np.float64)[..., None] if use_d else 0.0))
-        return dict(dQ=out * dS @ v["K"], dK=np.where(rows_valid, out * np.swapaxes(dS, -1, -2) @ v["Q"], 0.0),
-                    dV=np.where(rows_valid, np.swapaxes(P, -1, -2) @ v["dO"], 0.0))
+        dS = P * (use("dO", "dP") @ np.swapaxes(use("V", "dP"), -1, -2)
+                  - (np.asarray(v["D"], np.float64)[..., None] if use_d else 0.0))
+        return dict(dQ=out * use("dS", "dQ", dS) @ use("K", "dQ"),
+                    dK=np.where(rows_valid, out * np.swapaxes(dS, -1, -2) @ use("Q", "dK"), 0.0),
+                    dV=np.where(rows_valid, np.swapaxes(P, -1, -2) @ use("dO", "dV"), 0.0))
+
+
+# The ldmatrix loads of each backward kernel, as (operand, product): the product's formula as the
+# forward-facing gradients write it (the dK/dV kernel computes the transposes S^T = K Q^T, dP^T = V dO^T).
+BWD_PRODUCTS = {"S": "S = Q K^T", "dP": "dP = dO V^T", "dQ": "dQ = dS K", "dK": "dK = dS^T Q", "dV": "dV = P^T dO"}
+BWD_LOADS = {"dkdv": ("K.S", "V.dP", "Q.S", "dO.dP", "dO.dV", "Q.dK"), "fused": ("dS.dQ", "K.dQ"),
+             "dq": ("Q.S", "dO.dP", "K.S", "V.dP", "K.dQ")}
+
+
+def _crossed_load(load):
+    """A load's named mistake: its ldmatrix matrices crossed."""
+    operand, product = load.split(".")
+    return (f"{operand}'s four ldmatrix matrices in the wrong order (its load for {product})",
+            f"in the ldmatrix_x4 of {operand} for {BWD_PRODUCTS[product]} (or its transpose) each lane's matrix "
+            "address takes its row half and its column half from the wrong bits of m = lane / 8 (m % 2 and m / 2 "
+            "swapped): every 16 x 16 block of the tile has its two off-diagonal 8 x 8 quarters traded, in this "
+            "product only (module 08's reading shows the order each operand needs).")
 
 
 def _bwd_magnitude(outputs):
@@ -452,6 +478,8 @@ def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
                     "memory, a __syncthreads(), then tile_dq_atomic.", lambda p, x: only(_bwd_grads(p, x) | {
                         "dQ": np.zeros((p.B, p.H, p.N, p.d))})),
         ]
+    loads = BWD_LOADS[part] + (BWD_LOADS["fused"] if fused else ())
+    found += [Mistake(*_crossed_load(load), wrong(crossed={load})) for load in loads]
     if causal:
         i_, j_ = (lambda n: np.arange(n)[:, None]), (lambda n: np.arange(n)[None, :])
         lengths = lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
