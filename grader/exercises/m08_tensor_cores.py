@@ -61,16 +61,23 @@ K_MATRICES = ("K's four ldmatrix matrices in the wrong order",
               "keys 8n + 8 (m / 2) .., columns 16kk + 8 (m % 2) ..: registers 0 and 1 are the two column halves "
               "of key block n, registers 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address, "
               "each key block takes half its columns from the other block's keys.")
+# The A fragments' order, and the .trans B fragments' (V in P V, B of a row-major matmul), as an
+# ldmatrix_x4 gives them; a lane address with the two halves swapped trades registers 1 and 2.
+_A_ORDER = ("the A fragment of rows r0 .. r0 + 15, columns 16kk .. 16kk + 15 is {rows 0-7, rows 8-15} of columns "
+            "0-7, then of columns 8-15: lane l gives the address of row r0 + l % 16, column 16kk + 8 (l / 16). "
+            "With the row half taken from l / 16 and the column half from l / 8 % 2, registers 1 and 2 trade places")
+_TRANS_B_ORDER = ("the .trans load of rows 16kk .. 16kk + 15, columns 8n .. 8n + 15 takes its matrix m = lane / 8 "
+                  "from rows 16kk + 8 (m % 2) .., columns 8n + 8 (m / 2) ..: registers 0 and 1 are the two row halves "
+                  "of column block n, 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address")
 Q_MATRICES = ("Q's four ldmatrix matrices in the wrong order",
-              "the A fragment of rows r0 .. r0 + 15, columns 16kk .. 16kk + 15 is {rows 0-7, rows 8-15} of columns "
-              "0-7, then of columns 8-15: lane l gives the address of row r0 + l % 16, column 16kk + 8 (l / 16). "
-              "With the row half taken from l / 16 and the column half from l / 8 % 2, registers 1 and 2 trade "
-              "places: each query's scores use half of another query's Q.")
+              _A_ORDER + ": each query's scores use half of another query's Q.")
 V_MATRICES = ("V's four ldmatrix matrices in the wrong order",
-              "for P V the .trans load of keys 16kk .. 16kk + 15, columns 8n .. 8n + 15 takes its matrix m = lane / 8 "
-              "from keys 16kk + 8 (m % 2) .., columns 8n + 8 (m / 2) ..: registers 0 and 1 are the two key halves "
-              "of column block n, 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address, half "
-              "of each output column is summed over another column's values.")
+              "for P V, V's rows are keys. " + _TRANS_B_ORDER + ", half of each output column is summed over another "
+              "column's values.")
+A_MATRICES = ("A's four ldmatrix matrices in the wrong order",
+              _A_ORDER + ": each row of C takes half its products from another row of A.")
+B_MATRICES = ("B's four ldmatrix matrices in the wrong order",
+              "B's rows are k. " + _TRANS_B_ORDER + ", half of each column of C sums another column's products.")
 
 
 def _c_rows_paired(x):
@@ -136,6 +143,13 @@ def _k_step_mistakes(depth):
             "advancing the A and B fragments' k by 16 each time.",
             lambda p, x: slices(p, x, lambda k: k % depth < 16) if p.K > 16 else None))
     return mistakes
+
+
+def _operands_crossed():
+    """A's and B's fragments loaded with crossed ldmatrix matrices (:func:`_matrices_crossed`, rows and
+    columns zero-filled past the edges as the tiles are)."""
+    return [Mistake(*A_MATRICES, lambda p, x: dict(C=ref.matmul(_matrices_crossed(_f64(x["A"])), x["B"]))),
+            Mistake(*B_MATRICES, lambda p, x: dict(C=ref.matmul(x["A"], _matrices_crossed(_f64(x["B"])))))]
 
 
 def _c_rows_halves_swapped(x):
@@ -234,6 +248,7 @@ exercise(
                 "of B is used transposed.",
                 lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(_f64(x["B"]))))),
         Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(ref.matmul(_pad(_f64(x["A"]), 0, 16), x["B"]))[:p.M])),
+        *_operands_crossed(),
         Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(ref.matmul(_pad(_f64(x["A"]), 0, 16),
                                                                                x["B"]))[:p.M])),
         Mistake("accumulated in half precision",

@@ -18,7 +18,8 @@ from ._attention import KEY_FROM_G, forward_magnitude, forward_mistakes, forward
     scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
 from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE, \
-    _blocks8_transposed, _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref
+    _blocks8_transposed, _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref, \
+    _operands_crossed
 
 MODULE = "09_pipelines"
 F16, F32 = np.float16, np.float32
@@ -107,6 +108,7 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
                     "B is K x N with a row holding consecutive n, but the B fragment needs two consecutive k of one column "
                     "in a register: load it with ldmatrix_x4_trans.",
                     lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(np.asarray(x["B"], np.float64))))),
+            *_operands_crossed(),
             *([Mistake(f"the slice loop stops after {GEMM_BK // 16} slices, the default build's count",
                        f"with -DBK={bk} a K step holds BK / 16 = {bk // 16} slices: every loop bound, fragment count and "
                        "stage index must come from the macros (BK / 16, WM / 16, WN / 8, STAGES), never from the "
