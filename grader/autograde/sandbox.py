@@ -23,7 +23,6 @@ a private cache folder, no file-system or network isolation), and the report say
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -47,17 +46,21 @@ def bwrap_path() -> str | None:
     return _usable_bwrap(shutil.which("bwrap"))
 
 
-@functools.lru_cache(maxsize=None)
+_BWRAP_WORKS: dict[str, bool] = {}  # bwrap's answer, per path, once it gave one
+
+
 def _usable_bwrap(path: str | None) -> str | None:
     if path is None:
         return None
-    try:
-        probe = subprocess.run([path, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-                                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
-                               capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return path if probe.returncode == 0 else None
+    if path not in _BWRAP_WORKS:
+        try:
+            probe = subprocess.run([path, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+                                    "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+                                   capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None  # not remembered: a probe that timed out on a loaded machine is asked again
+        _BWRAP_WORKS[path] = probe.returncode == 0
+    return path if _BWRAP_WORKS[path] else None
 
 
 @dataclass

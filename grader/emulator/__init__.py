@@ -602,7 +602,7 @@ def _who(o: _worker.Outcome) -> str:
 def _shared_symbol(lib_path, offset: int) -> tuple[str | None, int]:
     """The static __shared__ variable (a TLS symbol of the library) at ``offset`` in its TLS block."""
     try:
-        out = subprocess.run(["readelf", "-sW", "-C", str(lib_path)], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(["readelf", "-sW", "-C", str(lib_path)], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None, 0
     for row in out.splitlines():
@@ -622,7 +622,7 @@ def _source_lines(lib_path, offset: int) -> list[int]:
         return []
     try:
         out = subprocess.run(["addr2line", "-e", str(lib_path), "-i", f"{offset:#x}"],
-                             capture_output=True, text=True, timeout=10).stdout
+                             capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     lines = []
