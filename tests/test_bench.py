@@ -11,6 +11,7 @@ from grader.benchmark import (IDENTITY, RECORD_KEYS, BenchReport, Measurement, m
 from grader.benchspec import SPECS, get_spec, parse_shape
 from grader.course import solution_source
 from grader.errors import BackendUnavailableError, CourseError
+from repo_scripts import load_script
 
 HAS_GPU = grader.gpu_status()[0]
 
@@ -308,14 +309,7 @@ def test_a_dry_run_on_the_emulator_checks_and_launches_at_the_shape(on_emulator)
 
 
 def _bench_08():
-    import importlib.util
-
-    from grader.course import ROOT
-
-    spec = importlib.util.spec_from_file_location("bench_08", ROOT / "benchmarks" / "bench_08_tensor_cores.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_08_tensor_cores.py", "bench_08")
 
 
 def test_module_08_benchmark_rehearses_on_the_emulator(on_emulator, capsys):

@@ -1,17 +1,14 @@
 """benchmarks/bench_11_capstone.py's ablation rows are edits of module 11's solution (module 11's reading
 tables them): each edit must still apply to the solution, once, and the edited kernel must still compile."""
-import importlib.util
-
 import pytest
+from repo_scripts import load_script
 
 from grader.capstone import build
 from grader.checks import REGISTRY
-from grader.course import ROOT, solution_source
+from grader.course import solution_source
 from grader.wrong_corpus import replace_each_once
 
-spec = importlib.util.spec_from_file_location("bench_11_capstone_under_test", ROOT / "benchmarks" / "bench_11_capstone.py")
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+bench = load_script("benchmarks/bench_11_capstone.py", "bench_11_capstone_under_test")
 SOLUTION = solution_source("capstone_fwd_d64")
 
 
@@ -26,10 +23,7 @@ def test_every_ablation_is_an_edit_of_the_solution_that_compiles(change):
     nvrtc.compile_check(source, archs=("sm_90",), options=REGISTRY[ex_id].options)
 
 
-backward_spec = importlib.util.spec_from_file_location("bench_11_backward_under_test",
-                                                       ROOT / "benchmarks" / "bench_11_backward.py")
-backward = importlib.util.module_from_spec(backward_spec)
-backward_spec.loader.exec_module(backward)
+backward = load_script("benchmarks/bench_11_backward.py", "bench_11_backward_under_test")
 DKDV = solution_source("capstone_bwd_dkdv_d64")
 
 

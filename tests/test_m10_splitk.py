@@ -2,7 +2,6 @@
 benchmarks/results/splitk_forward_partial.txt, and checked against the full run's sweep in splitk_forward.json), the
 split-K benchmark's sweep and budget, and make_figures' table of benchmarks/results/splitk_forward.json (from a small
 file written here, never the committed results)."""
-import importlib.util
 import inspect
 import json
 import re
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader.exercises import m10_decoding as m10
+from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,16 +66,9 @@ def test_choose_fwd_splits_fills_at_most_one_wave(d):
                     assert grid * 2 * s > wave or m10.ceil_div(N, 2 * s) < 2048
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_split_k_benchmark_sweeps_up_to_8_splits_on_a_lighter_budget():
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    bench = _load(ROOT / "benchmarks" / "bench_10_splitk.py", "bench_10_splitk_under_test")
+    bench = load_script("benchmarks/bench_10_splitk.py", "bench_10_splitk_under_test")
     decode = sys.modules["decode"]
     assert inspect.signature(decode.gpu_timing).parameters["budget"].default is decode.BUDGET
     assert bench.BUDGET.min_ms * 4 <= decode.BUDGET.min_ms and bench.BUDGET.warmup_ms < decode.BUDGET.warmup_ms
@@ -86,7 +79,7 @@ def test_the_split_k_benchmark_sweeps_up_to_8_splits_on_a_lighter_budget():
 
 @pytest.fixture
 def figures(tmp_path, monkeypatch):
-    mf = _load(ROOT / "modules" / "10_decoding" / "make_figures.py", "m10_make_figures_under_test")
+    mf = load_script("modules/10_decoding/make_figures.py", "m10_make_figures_under_test")
     monkeypatch.setattr(mf, "SPLITK_DATA", tmp_path / "splitk_forward.json")
     return mf
 

@@ -4,7 +4,6 @@ source passes the module's forward checks, every variant's kernel agrees with th
 In Triton's interpreter without a GPU, compiled on one."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sys
@@ -21,22 +20,16 @@ pytest.importorskip("torch")
 
 from grader import reference as ref  # noqa: E402
 from grader.checks import run_check  # noqa: E402
+from repo_scripts import load_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def bench_12():
     triton_support.require()
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    return _load(ROOT / "benchmarks" / "bench_12_variants.py", "bench_12_variants_under_test")
+    return load_script("benchmarks/bench_12_variants.py", "bench_12_variants_under_test")
 
 
 def _allocator(torch, dev):
@@ -118,7 +111,7 @@ def test_bench_12_variants_main_writes_what_the_reading_reads(bench_12, tmp_path
         assert set(c["launchers"]) == {"solution", "two_stage"}
         assert all(r["max_abs_err_vs_sdpa"] < 2e-3 for r in c["launchers"].values())
 
-    mf = _load(ROOT / "modules" / "12_triton" / "make_figures.py", "m12_make_figures_under_test")
+    mf = load_script("modules/12_triton/make_figures.py", "m12_make_figures_under_test")
     monkeypatch.setattr(mf, "VARIANTS", tmp_path / "triton_variants.json")
     table = mf.table_variants()
     assert "| d | causal | pointers | descriptors, two-stage causal |" in table
@@ -127,7 +120,7 @@ def test_bench_12_variants_main_writes_what_the_reading_reads(bench_12, tmp_path
 
 
 def test_bench_12_variants_table_in_the_reading_is_the_committed_results():
-    mf = _load(ROOT / "modules" / "12_triton" / "make_figures.py", "m12_make_figures_committed")
+    mf = load_script("modules/12_triton/make_figures.py", "m12_make_figures_committed")
     table = mf.table_variants()
     if table is None:
         pytest.skip("benchmarks/results/triton_variants.json is not committed")

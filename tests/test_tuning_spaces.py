@@ -12,6 +12,7 @@ from grader.course import solution_source
 from grader.exercises import m09_pipelines as m09
 from grader.exercises import m11_capstone
 from grader.launch import MAX_SHARED_BYTES_OPTIN
+from repo_scripts import load_script
 
 
 def test_the_pipelined_matmul_space_holds_the_exercise_build_and_excludes_spilling_warp_tiles():
@@ -38,10 +39,10 @@ def _literal_defaults(source: str) -> dict:
     return dict(re.findall(r"#ifndef (\w+)\s*\n#define \1 (\d+)\b", source))
 
 
-# The backward kernels have no tuning space, but bench_11_backward.py sweeps these choices.
-BACKWARD_SWEEP = {"dkdv": {"WARPS": (4, 8), "TILE": (32, 64), "STAGES": (2, 3)},
-                  "dq": {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (32, 64, 128), "STAGES": (2, 3)},
-                  "fused": {"WARPS": (4, 8), "TILE": (32, 64), "STAGES": (2, 3)}}  # the dK/dV kernel, FUSED_DQ=1
+# The backward kernels have no tuning space, but bench_11_backward.py sweeps these choices (per part, every
+# value of each choice it tries; "fused" is the dK/dV kernel with FUSED_DQ=1).
+BACKWARD_SWEEP = {part: {name: sorted({c[name] for c in cfgs}) for name in cfgs[0] if name != "FUSED_DQ"}
+                  for part, cfgs in load_script("benchmarks/bench_11_backward.py", "bench_11_backward_swept").SWEEP.items()}
 
 
 def _covering_builds() -> list[tuple[str, object, str]]:

@@ -124,10 +124,10 @@ def _grad_mistakes(outputs):
 
 
 exercise(
-    nan_causes=BACKWARD_NAN,
     id="flash_bwd_preprocess",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
+    nan_causes=BACKWARD_NAN,
     kernel="flash_bwd_preprocess",
     signature="flash_bwd_preprocess(const float* O, const float* dO, float* D, int rows, int d)",
     launch_shape="grid = ceil_div(rows, 128), block = 128: thread r computes D[r] = sum_c dO[r, c] * O[r, c] "
@@ -149,10 +149,10 @@ exercise(
 _TILE_ARGS = lambda p, a: (a.Q, a.K, a.V, a.dO, a.L, a.D)  # noqa: E731
 
 exercise(
-    nan_causes=BACKWARD_NAN,
     id="flash_bwd_dkdv",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
+    nan_causes=BACKWARD_NAN,
     kernel="flash_bwd_dkdv",
     signature="flash_bwd_dkdv(const float* Q, const float* K, const float* V, const float* dO, const float* L, "
     "const float* D, float* dK, float* dV, int N, int d, float scale)",
@@ -173,10 +173,10 @@ exercise(
 )
 
 exercise(
-    nan_causes=BACKWARD_NAN,
     id="flash_bwd_dq",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
+    nan_causes=BACKWARD_NAN,
     kernel="flash_bwd_dq",
     signature="flash_bwd_dq(const float* Q, const float* K, const float* V, const float* dO, const float* L, "
     "const float* D, float* dQ, int N, int d, float scale)",
@@ -197,10 +197,10 @@ exercise(
 )
 
 exercise(
-    nan_causes=BACKWARD_NAN,
     id="flash_bwd_atomic",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
+    nan_causes=BACKWARD_NAN,
     kernel="flash_bwd_atomic",
     signature="flash_bwd_atomic(const float* Q, const float* K, const float* V, const float* dO, const float* L, "
     "const float* D, float* dK, float* dV, float* dQ, int N, int d, float scale)",
@@ -222,10 +222,10 @@ exercise(
 )
 
 exercise(
-    nan_causes=BACKWARD_NAN,
     id="flash_bwd_dkdv_causal",
     hidden_sizes={"N": 64, "d": 8},
     module=MODULE,
+    nan_causes=BACKWARD_NAN,
     kernel="flash_bwd_dkdv_causal",
     signature="flash_bwd_dkdv_causal(const float* Q, const float* K, const float* V, const float* dO, const float* L, "
     "const float* D, float* dK, float* dV, int N, int d, float scale)",

@@ -874,7 +874,6 @@ def config_of(key: str) -> tuple:
     return dtype, int(d[2:]), bool(causal)
 
 
-
 # --------------------------------------------------------------------------- main
 
 
