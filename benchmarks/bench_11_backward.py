@@ -57,6 +57,9 @@ ABLATIONS = {
         "            atomicAdd(out + n * 8, acc[n][2 * r] * scale);\n"
         "            atomicAdd(out + n * 8 + 1, acc[n][2 * r + 1] * scale);\n"
         "        }"),),
+    "the grid's block order (causal: one head's key blocks at a time, heaviest first)": ((
+        "    if (CAUSAL) heaviest_first(4 * (size_t)N * HEAD_DIM, false, bh, kb);  // the blocks read Q and dO\n",
+        ""),),
 }
 
 

@@ -71,20 +71,18 @@ def bench_capstone(kernel, *, seqs=(4096,), configs=None, choices: dict | None =
     """Check and time ``kernel`` (its source, or the kernel ``%%cuda`` made) in each of ``configs``
     ((dtype, d, causal) triples; default all 8) at B=4, H=16 and every S of ``seqs``. The launch
     choices are ``choices`` where given (one dict for every configuration), else the ones tuned on
-    the committed GPU run (benchmarks/results/capstone.json), else the graded rows' (m11_capstone.CONFIG)."""
+    the committed GPU run (benchmarks/results/capstone.json) at each S, else the graded rows' (m11_capstone.CONFIG)."""
     if active_backend() != "gpu":
         raise BackendUnavailableError(
             "python -m grader bench capstone times your kernel on a GPU; the CPU emulator does not model speed. "
             "Here, check it instead: python -m grader check capstone_fwd_d64 FILE --all (and capstone_fwd_d128, "
             "capstone_fwd_causal_d64, capstone_fwd_bf16_causal_d128, the builds that are graded).")
-    tuned = m11.tuned_configs()
     rows = []
     for dtype, d, causal in configs or m11.CONFIGS:
-        cfg = dict(choices) if choices else tuned[(dtype, d, causal)]
-        ex_id = build(dtype, d, causal, cfg)
         for s in seqs:
-            report = bench(ex_id, kernel, dtype=dtype, shape=dict(S=s), repeats=repeats, budget=budget,
-                           baselines=baselines)
+            cfg = dict(choices) if choices else m11.tuned_configs(s)[(dtype, d, causal)]
+            report = bench(build(dtype, d, causal, cfg), kernel, dtype=dtype, shape=dict(S=s), repeats=repeats,
+                           budget=budget, baselines=baselines)
             rows.append(Row(dtype, d, causal, s, cfg, report))
     return rows
 

@@ -55,6 +55,20 @@ def test_the_tuned_choices_are_the_fastest_of_the_committed_sweep():
         assert cfg == {k: fastest[k] for k in m11.SPACE}, (dtype, d, causal)
 
 
+def test_at_each_longer_length_the_kept_choices_are_the_fastest_of_the_sweeps_leaders_timed_there():
+    from repo_scripts import load_script
+    bench = load_script("benchmarks/bench_11_capstone.py", "bench_11_capstone_picks")
+    for r in RESULTS["bench"]:
+        key, choices = (r["dtype"], r["d"], r["causal"]), {k: r[k] for k in m11.SPACE}
+        assert m11.tuned_configs(r["S"])[key] == choices
+        if r["S"] == bench.SEQS[0]:
+            assert choices == m11.tuned_configs()[key]
+            continue
+        picks = [p for p in RESULTS["picks"] if (p["dtype"], p["d"], p["causal"], p["S"]) == (*key, r["S"])]
+        assert [{k: p[k] for k in m11.SPACE} for p in picks] == bench.ranked(RESULTS["sweep"], key)[:bench.LONG_CANDIDATES]
+        assert choices == {k: min(picks, key=lambda p: p["ms"])[k] for k in m11.SPACE}, (key, r["S"])
+
+
 def test_the_committed_records_cover_every_configuration_and_length():
     records = RESULTS["bench"]
     seen = {(r["dtype"], r["d"], r["causal"], r["S"]) for r in records}

@@ -287,13 +287,18 @@ def _with(c, **params):
     return case(c.name, c.seed, **c.params, **params) if not c.hidden else hidden(c.name, **c.params, **params)
 
 
-def tuned_configs() -> dict:
-    """{(dtype, d, causal): cfg}: the fastest launch choices the H100 run found, CONFIG where none."""
+def tuned_configs(S: int | None = None) -> dict:
+    """{(dtype, d, causal): cfg}: the fastest launch choices the GPU run found, CONFIG where none. The
+    sweep chose at S = 4096; with ``S``, the choices the run kept at that length (its bench records:
+    benchmarks/bench_11_capstone.py times the sweep's fastest few again at each longer S) where it has them."""
     try:
-        rows = json.loads(TUNED.read_text()).get("tuned", [])
+        run = json.loads(TUNED.read_text())
     except (OSError, ValueError):
-        rows = []
-    found = {(r["dtype"], r["d"], r["causal"]): {k: r[k] for k in SPACE if k in r} for r in rows}
+        run = {}
+    found = {(r["dtype"], r["d"], r["causal"]): {k: r[k] for k in SPACE if k in r} for r in run.get("tuned", [])}
+    if S is not None:
+        found |= {(r["dtype"], r["d"], r["causal"]): {k: r[k] for k in SPACE if k in r}
+                  for r in run.get("bench", []) if r.get("S") == S}
     return {key: found.get(key, dict(CONFIG)) for key in CONFIGS}
 
 

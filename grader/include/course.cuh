@@ -30,6 +30,30 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 #endif
 
+// K and V bytes (or Q and dO) of the heads whose causal blocks heaviest_first starts together: a
+// third of the H100's 50 MB L2, so the blocks running at once find what they read there.
+#ifndef HEAD_GROUP_BYTES
+#define HEAD_GROUP_BYTES (16 << 20)
+#endif
+
+// Which (batch entry, head) `bh = b * H + h` and which block `x` along the grid's x this block
+// computes, in a grid (blocks, H, B) whose blocks along x differ in work: causally, the last query
+// block sees every key and the first only one tile. Blocks start roughly in the order of their
+// linear index (in practice; CUDA promises no order). Taken in that order, the heaviest block of
+// each head of a group starts first, then their next-heaviest, and so on: the light blocks fill
+// the grid's tail, and the running blocks read one group's operands (`head_bytes` per head), few
+// enough to stay in L2. `heaviest_last`: the heaviest block is the last along x (query blocks),
+// else the first (key blocks).
+__device__ __forceinline__ void heaviest_first(size_t head_bytes, bool heaviest_last, int& bh, int& x) {
+    const int heads = gridDim.y * gridDim.z;
+    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int group = (int)min((size_t)heads, max((size_t)1, (size_t)HEAD_GROUP_BYTES / max(head_bytes, (size_t)1)));
+    const int first = lin / (group * gridDim.x) * group, size = min(group, heads - first);
+    const int i = lin - first * gridDim.x;  // the block's place in its group
+    bh = first + i % size;
+    x = heaviest_last ? gridDim.x - 1 - i / size : i / size;
+}
+
 // p[0] += a and p[1] += b, each atomically (p 8-byte aligned, in global memory): one vector
 // reduction per call on sm_90 and later (red.global.add.v2.f32), two scalar atomics elsewhere.
 // Atomic per element, as two atomicAdd calls are: nothing orders the pair as a whole.
