@@ -77,10 +77,11 @@ def bench_capstone(kernel, *, seqs=(4096,), configs=None, choices: dict | None =
             "python -m grader bench capstone times your kernel on a GPU; the CPU emulator does not model speed. "
             "Here, check it instead: python -m grader check capstone_fwd_d64 FILE --all (and capstone_fwd_d128, "
             "capstone_fwd_causal_d64, capstone_fwd_bf16_causal_d128, the builds that are graded).")
+    tuned = {s: m11.tuned_configs(s) for s in seqs}
     rows = []
     for dtype, d, causal in configs or m11.CONFIGS:
         for s in seqs:
-            cfg = dict(choices) if choices else m11.tuned_configs(s)[(dtype, d, causal)]
+            cfg = dict(choices) if choices else tuned[s][(dtype, d, causal)]
             report = bench(build(dtype, d, causal, cfg), kernel, dtype=dtype, shape=dict(S=s), repeats=repeats,
                            budget=budget, baselines=baselines)
             rows.append(Row(dtype, d, causal, s, cfg, report))
