@@ -1,4 +1,5 @@
-"""Module 12 on a GPU: the same FA2 forward addressed four ways, each over a grid of configurations.
+"""Module 12 on a GPU: the same FA2 forward addressed four ways, and the solution with each of two speed
+choices undone, each over a grid of configurations.
 
     GRADER_BACKEND=gpu python benchmarks/bench_12_variants.py [--quick] [--dtype fp16,bf16]
         [--variants pointers,descriptors,ws,two_stage] [--check] [--jobs N] [--out DIR]
@@ -16,7 +17,11 @@ Variants (``--variants`` takes the short names; the JSON and the reading use the
   nothing above), the ragged tail of a non-causal row masked in a stage of its own; the masked
   stages are not pipelined (``num_stages=1``: fewer registers; ptxas for sm_90a under triton 3.6 gives
   the 128 x 64, 4-warp, d = 128 build 16 (56 causal) bytes of spills instead of 84 (64)).
-  ``--check`` first runs the module's two forward checks (hidden cases included) on that source.
+  ``--check`` first runs the module's two forward checks (hidden cases included) on that source;
+* ``grid_order`` and ``scaled_scores``: the solution's kernel with one of its speed choices undone by an
+  edit of its source (``ABLATIONS``; the script stops if the text an edit expects is gone): causal
+  programs taken in the grid's own order instead of heaviest first, and every score multiplied by the
+  scale before the row max instead of one FMA per score after it.
 
 Configurations: ``BLOCK_M`` in {64, 128}, ``BLOCK_N`` in {64, 128} (at most ``BLOCK_M``), 4 or 8 warps
 (8 only with ``BLOCK_M`` 128), 2-4 stages (15); ``--quick``: ``BLOCK_M`` 128, ``BLOCK_N`` 64 or 128,
@@ -55,7 +60,17 @@ from bench_12_triton import sdpa, time_ms, tuned_config  # noqa: E402  (as the m
 
 SHAPE = dict(B=4, H=16, S=4096)
 VARIANTS = {"pointers": "pointers", "descriptors": "descriptors", "ws": "descriptors + warp_specialize",
-            "two_stage": "descriptors, two-stage causal"}
+            "two_stage": "descriptors, two-stage causal", "grid_order": "pointers, the grid's order",
+            "scaled_scores": "pointers, every score scaled"}
+# (find, replace) edits of the solution's source, each find present exactly once
+ABLATIONS = {
+    "grid_order": [("    bh = tl.program_id(1)\n    if CAUSAL:\n", "    bh = tl.program_id(1)\n    if False:\n")],
+    "scaled_scores": [
+        ("        s = tl.dot(q, k)  #", "        s = tl.dot(q, k) * qk_scale  #"),
+        ("tl.maximum(m_i, tl.max(s, 1) * qk_scale)", "tl.maximum(m_i, tl.max(s, 1))"),
+        ("tl.exp2(s * qk_scale - shift[:, None])", "tl.exp2(s - shift[:, None])"),
+    ],
+}
 DTYPES = ("fp16", "bf16")
 FULL_GRID = tuple((bm, bn, w, st) for bm, bn, w, st in itertools.product((64, 128), (64, 128), (4, 8), (2, 3, 4))
                   if bn <= bm and not (bm == 64 and w == 8))
@@ -168,6 +183,25 @@ def solution_module():
     return load_module(solution_source("triton_flash_forward"), "flash_forward")[0]
 
 
+def ablation_source(variant: str) -> str:
+    """The solution's forward source with ``ABLATIONS[variant]`` applied."""
+    from grader.course import solution_source
+
+    source = solution_source("triton_flash_forward")
+    for find, replace in ABLATIONS[variant]:
+        if source.count(find) != 1:
+            raise SystemExit(f"ablation {variant!r}: the solution no longer holds {find.strip()!r} exactly once; "
+                             "update ABLATIONS in benchmarks/bench_12_variants.py")
+        source = source.replace(find, replace)
+    return source
+
+
+def ablation_modules() -> dict:
+    from grader.triton_support import load_module
+
+    return {v: load_module(ablation_source(v), "flash_forward")[0] for v in ABLATIONS}
+
+
 def two_stage_module():
     from grader.triton_support import load_module
 
@@ -213,12 +247,13 @@ def descriptor_kernel():
     return fwd_desc
 
 
-def kernels(solution=None, two_stage=None) -> dict:
-    """The JIT function each variant launches: the kernels of the solution's module and of the two-stage
-    module (loaded here unless given), and the descriptor kernel."""
+def kernels(solution=None, two_stage=None, ablations=None) -> dict:
+    """The JIT function each variant launches: the kernels of the solution's module, of the two-stage
+    module and of the ablations (loaded here unless given), and the descriptor kernel."""
     desc = descriptor_kernel()
+    ablated = {v: m._flash_fwd for v, m in (ablations or ablation_modules()).items()}
     return dict(pointers=(solution or solution_module())._flash_fwd, descriptors=desc, ws=desc,
-                two_stage=(two_stage or two_stage_module())._flash_fwd)
+                two_stage=(two_stage or two_stage_module())._flash_fwd, **ablated)
 
 
 def contiguous_strides(shape) -> tuple:
@@ -238,7 +273,7 @@ def launch_spec(kern: dict, variant: str, t: dict, B: int, H: int, S: int, d: in
     tensors = (t["q"], t["k"], t["v"], t["o"], t["lse"])
     scale = d ** -0.5 * LOG2E
     kw = dict(D=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, num_warps=w, num_stages=st)
-    if variant == "pointers":
+    if variant == "pointers" or variant in ABLATIONS:
         args = (*tensors, scale, S, H, *sq, *sq, *sq, *sq, *sl)
     elif variant in ("descriptors", "ws"):
         args = (*tensors, scale, S, H, B)
@@ -366,8 +401,9 @@ def main(argv=None) -> None:
     t_start = time.time()
     if a.check:
         out["two_stage_checks"] = run_checks(TWO_STAGE_SOURCE)
-    ff, ts = solution_module(), two_stage_module()  # their files written before the compiling processes read them
-    kern = kernels(ff, ts)
+    # their files written before the compiling processes read them
+    ff, ts, ab = solution_module(), two_stage_module(), ablation_modules()
+    kern = kernels(ff, ts, ab)
     # every configuration of the grid, and those the two launchers autotune over
     per_variant = {var: list(grid_cfgs) for var in variants}
     for var, module in (("pointers", ff), ("two_stage", ts)):

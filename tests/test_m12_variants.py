@@ -75,11 +75,25 @@ def test_bench_12_variants_grids_and_arguments(bench_12):
     assert all(bn <= bm for bm, bn, _, _ in bench_12.FULL_GRID + bench_12.QUICK_GRID)
     assert set(bench_12.QUICK_GRID) <= set(bench_12.FULL_GRID)
     assert bench_12.parse_list("fp16, bf16", bench_12.DTYPES, "dtype") == ["fp16", "bf16"]
-    with pytest.raises(SystemExit, match="--variants: nope: choose from pointers, descriptors, ws, two_stage"):
+    with pytest.raises(SystemExit, match="--variants: nope: choose from pointers, descriptors, ws, two_stage, "
+                                         "grid_order, scaled_scores"):
         bench_12.parse_list("pointers,nope", bench_12.VARIANTS, "variants")
     # the launchers' own autotuning configurations are compiled with the grid's
     assert (128, 64, 4, 2) in bench_12.autotune_configs(bench_12.two_stage_module())
     assert all(len(c) == 4 for c in bench_12.autotune_configs(bench_12.solution_module()))
+
+
+def test_bench_12_ablations_undo_one_choice_each(bench_12, monkeypatch):
+    from grader.course import solution_source
+
+    solution = solution_source("triton_flash_forward")
+    order, scaled = bench_12.ablation_source("grid_order"), bench_12.ablation_source("scaled_scores")
+    assert "if CAUSAL:\n        # Programs start" in solution and "if False:\n        # Programs start" in order
+    assert "tl.exp2(s - shift[:, None])" in scaled and "s * qk_scale" not in scaled
+    assert order.count("\n") == scaled.count("\n") == solution.count("\n")  # nothing else moved
+    monkeypatch.setitem(bench_12.ABLATIONS, "grid_order", [("no such line", "")])
+    with pytest.raises(SystemExit, match="ablation 'grid_order': the solution no longer holds 'no such line'"):
+        bench_12.ablation_source("grid_order")
 
 
 def test_bench_12_variants_main_writes_what_the_reading_reads(bench_12, tmp_path, monkeypatch):
@@ -95,16 +109,16 @@ def test_bench_12_variants_main_writes_what_the_reading_reads(bench_12, tmp_path
         return 1e-4, [1e-4]
     monkeypatch.setattr(bench_12, "time_ms", fake_time_ms)
     monkeypatch.setattr(bench_12, "do_bench", lambda triton, fn: (fn(), 2e-4)[1])
-    bench_12.main(["--quick", "--dtype", "fp16", "--variants", "pointers,two_stage", "--jobs", "1",
+    bench_12.main(["--quick", "--dtype", "fp16", "--variants", "pointers,two_stage,grid_order", "--jobs", "1",
                    "--out", str(tmp_path)])
     out = json.loads((tmp_path / "triton_variants.json").read_text())
     assert out["dtypes"] == ["fp16"] and out["grid"] == "quick" and out["timing"].startswith("tflops: bench_12_triton")
     assert out["command"] == ("GRADER_BACKEND=gpu python benchmarks/bench_12_variants.py --quick --dtype fp16 "
-                              "--variants pointers,two_stage")
+                              "--variants pointers,two_stage,grid_order")
     assert [(c["dtype"], c["d"], c["causal"]) for c in out["configs"]] == [
         ("fp16", 64, False), ("fp16", 64, True), ("fp16", 128, False), ("fp16", 128, True)]
     for c in out["configs"]:
-        assert set(c["best"]) == {"pointers", "descriptors, two-stage causal"}
+        assert set(c["best"]) == {"pointers", "descriptors, two-stage causal", "pointers, the grid's order"}
         for row in c["runs"]:
             assert "error" not in row and row["max_abs_err_vs_sdpa"] < 2e-3 and row["ms"] == 1e-4
             assert row["do_bench_ms"] == 2e-4 and row["do_bench_tflops"] < row["tflops"]
@@ -114,9 +128,10 @@ def test_bench_12_variants_main_writes_what_the_reading_reads(bench_12, tmp_path
     mf = load_script("modules/12_triton/make_figures.py", "m12_make_figures_under_test")
     monkeypatch.setattr(mf, "VARIANTS", tmp_path / "triton_variants.json")
     table = mf.table_variants()
-    assert "| d | causal | pointers | descriptors, two-stage causal |" in table
+    assert "| d | causal | pointers | descriptors, two-stage causal | pointers, the grid's order |" in table
     assert "timed like §12, with CUDA events" in table and "(128×64, 4 warps, 2 stages)" in table
     assert "`descriptors, two-stage causal` against pointers: +0% at d = 64" in table
+    assert "Pointers (the solution) against `pointers, the grid's order`: +0% at d = 64, +0% at d = 64 causal" in table
 
 
 def test_bench_12_variants_table_in_the_reading_is_the_committed_results():

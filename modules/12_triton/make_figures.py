@@ -461,17 +461,25 @@ def table_variants() -> str | None:
             + [cell(c["best"].get(n)) for n in names] + [base(c, k) for k in bases] for c in d["configs"]]
     failed = {n: sum(1 for c in d["configs"] for r in c["runs"] if r["variant"] == n and "error" in r) for n in names}
     tried = {n: sum(1 for c in d["configs"] for r in c["runs"] if r["variant"] == n) for n in names}
-    gains = []
-    for n in [n for n in names if n.startswith("descriptors") and "warp_specialize" not in n]:
+
+    def against(a: str, b: str) -> list[str]:
+        """``a``'s speed over ``b``'s, per row where both ran."""
         per = []
         for c in d["configs"]:
-            ptr, other = c["best"].get("pointers"), c["best"].get(n)
-            if ptr and other and ptr["tflops"]:
+            x, y = c["best"].get(a), c["best"].get(b)
+            if x and y and y["tflops"]:
                 where = (f"{c.get('dtype', 'fp16')} " if len(dtypes) > 1 else "") + f"d = {c['d']}" \
                     + (" causal" if c["causal"] else "")
-                per.append(f"{other['tflops'] / ptr['tflops'] - 1:+.0%} at {where}")
-        if per:
+                per.append(f"{x['tflops'] / y['tflops'] - 1:+.0%} at {where}")
+        return per
+
+    gains = []
+    for n in [n for n in names if n.startswith("descriptors") and "warp_specialize" not in n]:
+        if per := against(n, "pointers"):
             gains.append(("Descriptors" if n == "descriptors" else f"`{n}`") + " against pointers: " + ", ".join(per) + ".")
+    for n in [n for n in names if n.startswith("pointers, ")]:  # the solution with one speed choice undone
+        if per := against("pointers", n):
+            gains.append(f"Pointers (the solution) against `{n}`: " + ", ".join(per) + ".")
     s0 = d["shape"]
     if d.get("timing"):
         timed = ("timed like §12, with CUDA events around batches of back-to-back launches (the file also holds "

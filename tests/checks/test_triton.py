@@ -39,8 +39,9 @@ WRONG = [
     (FLASH, "accumulator not rescaled", "acc * alpha[:, None]", "acc", "missing rescale of the output accumulator"),
     (FLASH, "running sum not rescaled", "l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)",
      "missing rescale of the running sum"),
-    (FLASH, "scale folded into q in half precision", "        s = tl.dot(q, k) * qk_scale",
-     "        s = tl.dot((q * qk_scale).to(q.dtype), k)", "elements of L"),
+    # the solution scales the float32 scores (in the FMA); this rounds q * scale to half first
+    (FLASH, "scale folded into q in half precision", "        s = tl.dot(q, k)  #",
+     "        s = tl.dot((q * qk_scale).to(q.dtype), k) / qk_scale  #", "elements of L"),
     (FLASH, "strides of the [B, N, H, d] view ignored", "rows[:, None] * sqn", "rows[:, None] * D", "'bnhd_layout'"),
     (CAUSAL, "mask off by one", "cols[None, :] <= rows[:, None]", "cols[None, :] < rows[:, None]",
      "mask off by one on the diagonal"),
