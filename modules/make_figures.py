@@ -1,13 +1,15 @@
-"""Regenerate the figures of every module: python modules/make_figures.py [NN ...]
+"""Regenerate the figures of every module: python modules/make_figures.py [--check] [NN ...]
 
 Runs each modules/NN_name/make_figures.py in its own interpreter (so matplotlib state never
 leaks between modules), then checks that every PNG stays small enough to commit. With
 arguments, only the modules whose number or folder name is given are redrawn, e.g.
 `python modules/make_figures.py 02 03`. Exit status 1 if any script fails or any PNG is
-over the size limit.
+over the size limit. `--check` writes nothing: each script computes its tables from the
+committed data and fails if a generated region of its README differs (figstyle.CHECK).
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +26,16 @@ def module_scripts(selected: list[str]) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    argv = [a for a in argv if a != "--check"]
     scripts = module_scripts(argv)
     if not scripts:
         print("no module figure scripts matched", argv or "")
         return 1
     failed = []
+    env = dict(os.environ, FIGURES_CHECK="1" if check else "0")
     for script in scripts:
-        rc = subprocess.run([sys.executable, str(script)], cwd=HERE.parent).returncode
+        rc = subprocess.run([sys.executable, str(script)], cwd=HERE.parent, env=env).returncode
         if rc:
             failed.append(f"{script.relative_to(HERE.parent)} exited with {rc}")
     for script in scripts:
