@@ -5,6 +5,7 @@ In Triton's interpreter without a GPU, compiled on one."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -98,6 +99,8 @@ def test_bench_12_ablations_undo_one_choice_each(bench_12, monkeypatch):
 def test_bench_12_variants_main_writes_what_the_reading_reads(bench_12, tmp_path, monkeypatch):
     dev = triton_support.device()
     monkeypatch.setattr(bench_12, "DEVICE", dev)
+    # main() sets GRADER_BACKEND=gpu where it is unset: restored after the test, for the tests after it
+    monkeypatch.setenv("GRADER_BACKEND", os.environ.get("GRADER_BACKEND") or "auto")
     monkeypatch.setattr(bench_12, "SHAPE", dict(B=1, H=2, S=192))
     monkeypatch.setattr(bench_12, "QUICK_GRID", ((128, 64, 4, 2),))
     calls = []
