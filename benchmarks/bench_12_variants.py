@@ -19,7 +19,7 @@ Variants (``--variants`` takes the short names; the JSON and the reading use the
   the 128 x 64, 4-warp, d = 128 build 16 (56 causal) bytes of spills instead of 84 (64)).
   ``--check`` first runs the module's two forward checks (hidden cases included) on that source;
 * ``grid_order`` and ``scaled_scores``: the solution's kernel with one of its speed choices undone by an
-  edit of its source (``ABLATIONS``; the script stops if the text an edit expects is gone): causal
+  edit of its source (``ABLATIONS``; a stale edit stops the script): causal
   programs taken in the grid's own order instead of heaviest first, and every score multiplied by the
   scale before the row max instead of one FMA per score after it.
 
@@ -184,16 +184,11 @@ def solution_module():
 
 
 def ablation_source(variant: str) -> str:
-    """The solution's forward source with ``ABLATIONS[variant]`` applied."""
+    """The solution's forward source with ``ABLATIONS[variant]`` applied (a stale edit raises StaleEdit)."""
     from grader.course import solution_source
+    from grader.wrong_corpus import replace_each_once
 
-    source = solution_source("triton_flash_forward")
-    for find, replace in ABLATIONS[variant]:
-        if source.count(find) != 1:
-            raise SystemExit(f"ablation {variant!r}: the solution no longer holds {find.strip()!r} exactly once; "
-                             "update ABLATIONS in benchmarks/bench_12_variants.py")
-        source = source.replace(find, replace)
-    return source
+    return replace_each_once(solution_source("triton_flash_forward"), ABLATIONS[variant], f"ablation {variant!r}")
 
 
 def ablation_modules() -> dict:

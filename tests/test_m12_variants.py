@@ -92,7 +92,9 @@ def test_bench_12_ablations_undo_one_choice_each(bench_12, monkeypatch):
     assert "tl.exp2(s - shift[:, None])" in scaled and "s * qk_scale" not in scaled
     assert order.count("\n") == scaled.count("\n") == solution.count("\n")  # nothing else moved
     monkeypatch.setitem(bench_12.ABLATIONS, "grid_order", [("no such line", "")])
-    with pytest.raises(SystemExit, match="ablation 'grid_order': the solution no longer holds 'no such line'"):
+    from grader.wrong_corpus import StaleEdit
+
+    with pytest.raises(StaleEdit, match="ablation 'grid_order': its find text 'no such line' no longer stands once"):
         bench_12.ablation_source("grid_order")
 
 
