@@ -10,6 +10,8 @@ backend (the target: at least 1.0x) and cuDNN's. The kernel is read from the ins
                                 # those configurations again, kept beside the others of results/capstone.json
     python benchmarks/bench_11_capstone.py gpu --reuse-sweep --out DIR [--only ...]
                                 # the S = 4096 sweep taken from results/capstone.json; the rest measured again
+    python benchmarks/bench_11_capstone.py gpu --reuse-picks --out DIR [--merge]
+                                # the choices too: only the records timed again (about 6 minutes)
     python benchmarks/bench_11_capstone.py emulator                  # every tuned build checked, no timing
 
 Writes DIR/capstone.json: ``tuned`` (the fastest choices per configuration, read by
@@ -184,11 +186,14 @@ def ablation(source, dtype, d, causal, cfg, kept_tflops):
     return rows
 
 
-def gpu_main(out: Path, source: str, repeats: int = 3, seqs=SEQS, configs=m11.CONFIGS, reuse_sweep: bool = False):
-    """Sweep (or, ``reuse_sweep``, take results/capstone.json's sweep and ablation rows), pick per longer S,
-    time the kept builds at every S of ``seqs`` beside the baselines."""
+def gpu_main(out: Path, source: str, repeats: int = 4, seqs=SEQS, configs=m11.CONFIGS, reuse_sweep: bool = False,
+             reuse_picks: bool = False):
+    """Sweep (or, ``reuse_sweep``, take results/capstone.json's sweep and ablation rows), pick per longer S
+    (or, ``reuse_picks``, keep the choices of its records there), time the kept builds at every S of ``seqs``
+    beside the baselines: ``repeats`` rounds, every other one in reverse order (grader.bench)."""
     out.mkdir(parents=True, exist_ok=True)
     tuned, rows, records, ablations, picks = [], [], [], [], []
+    reuse_sweep = reuse_sweep or reuse_picks
     committed = json.loads((RESULTS / "capstone.json").read_text()) if reuse_sweep else None
 
     def save():
@@ -205,7 +210,13 @@ def gpu_main(out: Path, source: str, repeats: int = 3, seqs=SEQS, configs=m11.CO
             cfg = sweep(source, dtype, d, causal, rows)
         tuned.append(dict(dtype=dtype, d=d, causal=causal, **cfg))
         for s in seqs:
-            kept = cfg if s == SEQS[0] else pick(source, dtype, d, causal, s, ranked(rows, key)[:LONG_CANDIDATES], picks)
+            if s == SEQS[0]:
+                kept = cfg
+            elif reuse_picks:
+                kept = m11.tuned_configs(s)[key]
+                picks += [r for r in committed["picks"] if key_of(r) == key and r["S"] == s]
+            else:
+                kept = pick(source, dtype, d, causal, s, ranked(rows, key)[:LONG_CANDIDATES], picks)
             report = grader.bench(build(dtype, d, causal, kept), source, dtype=dtype, shape=dict(S=s), repeats=repeats)
             if not report.check_passed:
                 raise SystemExit(f"{dtype} d={d} causal={causal} {kept}: {report.check_message}")
@@ -279,6 +290,8 @@ if __name__ == "__main__":
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)), help="sequence lengths the tuned kernel is timed at")
     ap.add_argument("--reuse-sweep", action="store_true",
                     help="take the S = 4096 sweep (and the ablation rows) from results/capstone.json instead of sweeping")
+    ap.add_argument("--reuse-picks", action="store_true",
+                    help="--reuse-sweep, and at each longer S the choices results/capstone.json's records kept there")
     ap.add_argument("--only", help="sweep and time these configurations only (dtype:d:causal, comma-separated, "
                     "e.g. fp16:128:1), kept beside the others of results/capstone.json (same GPU model required)")
     a = ap.parse_args()
@@ -292,7 +305,8 @@ if __name__ == "__main__":
         if a.only:
             only = {(t, int(d), c == "1") for t, d, c in (o.split(":") for o in a.only.split(","))}
             configs = [c for c in configs if c in only]
-        gpu_main(a.out, code, seqs=[int(s) for s in a.seqs.split(",")], configs=configs, reuse_sweep=a.reuse_sweep)
+        gpu_main(a.out, code, seqs=[int(s) for s in a.seqs.split(",")], configs=configs, reuse_sweep=a.reuse_sweep,
+                 reuse_picks=a.reuse_picks)
         if a.only:
             merge_configs(a.out, set(configs))
         if a.merge:

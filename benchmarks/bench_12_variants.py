@@ -32,8 +32,8 @@ three of the four rows of the full fp16 sweep): 9. B=4 H=16 S=4096, d 64/128, ca
 Every configuration (and those the two launchers autotune over) is compiled first, in ``--jobs``
 processes at once (into Triton's on-disk cache, which the timing process then reads), then run once
 on a poisoned output and compared with SDPA's, then timed twice: ``ms``/``tflops`` by
-``bench_12_triton.time_ms`` (CUDA events around batches of back-to-back launches, the method of the
-main table, results/triton.txt) and ``do_bench_ms``/``do_bench_tflops`` by ``triton.testing.do_bench``
+``bench_12_triton.time_ms`` (CUDA events around batches of back-to-back launches, one round of the
+main table's four, results/triton.txt) and ``do_bench_ms``/``do_bench_tflops`` by ``triton.testing.do_bench``
 (L2 flushed before each launch). Per (dtype, d, causal) the same run also
 times SDPA's flash backend and cuDNN, and the solution's own autotuned launcher (with the configuration
 its autotuner chose), both with ``time_ms``. A configuration's best is by ``tflops``. Writes
@@ -78,8 +78,9 @@ QUICK_GRID = tuple((128, bn, w, st) for bn in (64, 128) for w in (4, 8) for st i
 DEVICE = "cuda"  # the tests run main() on "cpu" in Triton's interpreter, at a small SHAPE
 MAX_ERR = 2e-2  # against SDPA's output; the right kernels are near 1e-4 (fp16) and 1e-3 (bf16)
 LOG2E = 1.4426950408889634
-TIMING = ("tflops: bench_12_triton.time_ms (CUDA events around 7 batches of 10 back-to-back launches after 3 "
-          "warm-ups, the median batch), as results/triton.txt; do_bench_tflops: triton.testing.do_bench("
+TIMING = ("tflops: bench_12_triton.time_ms (CUDA events around 7 batches of 10 back-to-back launches after 300 ms "
+          "of warm-up, the median batch), one of the four rounds of results/triton.txt; do_bench_tflops: "
+          "triton.testing.do_bench("
           "warmup=10, rep=50), the L2 flushed before each launch")
 
 TWO_STAGE_SOURCE = '''\

@@ -84,6 +84,13 @@ def summarize(samples) -> Stats:
     return Stats(tuple(float(x) for x in s), float(med), float(s.min()), float(p10), float(p90))
 
 
+def in_turn(items: list, repeats: int):
+    """``items`` ``repeats`` times over, every other pass in reverse order (a b c, c b a, a b c, ...):
+    timed in this order, no item always follows the same one and none always goes first."""
+    for i in range(repeats):
+        yield from items if i % 2 == 0 else items[::-1]
+
+
 def run_to_run_spread(medians) -> float:
     """(max - min) / median of the medians of repeated measurements (0 for a single one)."""
     m = np.asarray(medians, dtype=np.float64)
@@ -183,14 +190,16 @@ class EventTimer:
 
 @dataclass(frozen=True)
 class Budget:
-    """How long to measure: see :func:`sample`. Warm-up runs are discarded."""
+    """How long to measure: see :func:`sample`. Warm-up runs are discarded; they last long enough
+    for the clocks to settle at the timed kernel's own power draw, not the one before it (a GPU
+    at its power limit moves its clock within a few hundred milliseconds of a new load)."""
 
     min_runs: int = 10
     min_ms: float = 200.0
     max_ms: float = 5000.0
     max_runs: int = 10000
     warmup_runs: int = 2
-    warmup_ms: float = 50.0
+    warmup_ms: float = 300.0
 
     def measure(self, timer: EventTimer, fn, stream, before=None) -> Stats:
         def run(n):
@@ -689,7 +698,10 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
     """Check ``kernel`` (its source, or the kernel ``%%cuda`` made) on the exercise's visible
     cases, then time it at ``shape`` (a dict, or ``"B=4,S=2048"``; unnamed entries keep the
     exercise's benchmark defaults) next to its baselines. ``repeats`` repeats the whole
-    measurement (warm-up included), kernel and baselines in turn, to show run-to-run spread.
+    measurement (warm-up included), kernel and baselines in turn, every other repeat in reverse
+    order, to show run-to-run spread: no runner always follows the same one, and none always
+    starts a repeat (a GPU at its power limit runs a kernel at a clock that the one before it
+    left: section 9 of module 11's reading).
 
     ``dry_run=True`` does all of it but the timing, on either backend (the emulator too): the
     check, then one launch at ``shape`` whose outputs must all be written; the report holds no
@@ -732,11 +744,10 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
         runners += _baseline_runners(spec, p, dtype, inputs, seed)
     timer, budget = EventTimer(), budget or Budget()
     try:
-        for _ in range(repeats):
-            for r in runners:
-                if r.fn is not None:
-                    with r.context():
-                        r.measurement.repeats.append(budget.measure(timer, r.fn, r.stream, r.before))
+        for r in in_turn(runners, repeats):
+            if r.fn is not None:
+                with r.context():
+                    r.measurement.repeats.append(budget.measure(timer, r.fn, r.stream, r.before))
     finally:
         cupy.cuda.Device().synchronize()
     report.kernel = mine.measurement

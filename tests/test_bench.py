@@ -6,7 +6,7 @@ import pytest
 
 import grader
 from grader.__main__ import main
-from grader.benchmark import (IDENTITY, RECORD_KEYS, BenchReport, Measurement, merge_records, run_to_run_spread,
+from grader.benchmark import (IDENTITY, RECORD_KEYS, BenchReport, Measurement, in_turn, merge_records, run_to_run_spread,
                               sample, summarize)
 from grader.benchspec import SPECS, get_spec, parse_shape
 from grader.course import solution_source
@@ -100,6 +100,12 @@ def test_statistics_of_given_samples():
     assert run_to_run_spread([3.0]) == 0.0
     with pytest.raises(ValueError):
         summarize([])
+
+
+def test_repeats_alternate_their_order():
+    assert list(in_turn(["capstone", "flash", "cudnn"], 4)) == [
+        "capstone", "flash", "cudnn", "cudnn", "flash", "capstone", "capstone", "flash", "cudnn", "cudnn", "flash", "capstone"]
+    assert list(in_turn(["capstone"], 3)) == ["capstone"] * 3 and list(in_turn(["a", "b"], 0)) == []
 
 
 class FakeTimer:

@@ -133,7 +133,7 @@ def test_bench_12_variants_main_writes_what_the_reading_reads(bench_12, tmp_path
     monkeypatch.setattr(mf, "VARIANTS", tmp_path / "triton_variants.json")
     table = mf.table_variants()
     assert "| d | causal | pointers | descriptors, two-stage causal | pointers, the grid's order |" in table
-    assert "timed like §12, with CUDA events" in table and "(128×64, 4 warps, 2 stages)" in table
+    assert "timed with §12's `time_ms`, CUDA events" in table and "(128×64, 4 warps, 2 stages)" in table
     assert "`descriptors, two-stage causal` against pointers: +0% at d = 64" in table
     assert "Pointers (the solution) against `pointers, the grid's order`: +0% at d = 64, +0% at d = 64 causal" in table
 
@@ -149,3 +149,20 @@ def test_bench_12_tables_name_the_autotuners_choice(bench_12):
     module._flash_fwd_tuned.best_config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3)
     assert main_bench.tuned_config(module) == "128x64 w8 s3"
     assert main_bench.tuned_config(types.SimpleNamespace(x=1)) is None
+
+
+def test_bench_12_times_the_kernel_and_its_baselines_in_turn(bench_12, monkeypatch):
+    main_bench = sys.modules["bench_12_triton"]
+    times = {"kernel": [1.0, 1.2, 1.1, 1.3], "flash": [2.0, 2.0, 2.4, 2.2]}
+    order = []
+
+    def fake_time_ms(torch, fn):
+        order.append(fn)
+        return times[fn].pop(0), []
+    monkeypatch.setattr(main_bench, "time_ms", fake_time_ms)
+    timed = main_bench.time_in_turn(None, ["kernel", "flash", None])  # None: a backend that refused
+    assert order == ["kernel", "flash", "flash", "kernel", "kernel", "flash", "flash", "kernel"]  # every other round reversed
+    assert timed == [(1.15, [1.0, 1.2, 1.1, 1.3]), (2.1, [2.0, 2.0, 2.4, 2.2]), None]
+    rec = main_bench.timing_fields(4.6e9, timed, None, "cuDNN refused")
+    assert rec == dict(ms=1.15, tflops=4.0, repeat_ms=[1.0, 1.2, 1.1, 1.3], baseline="sdpa_flash", baseline_ms=2.1,
+                       baseline_tflops=2.2, ratio=1.826, baseline_repeat_ms=[2.0, 2.0, 2.4, 2.2], cudnn_refused="cuDNN refused")

@@ -380,6 +380,16 @@ def _num(x, fmt="{:.1f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
+def per_round(r: dict, key: str) -> str:
+    """The other kernel's time over Triton's in each round of bench_12_triton's ``time_in_turn`` (``key``:
+    that kernel's per-round medians), as min–max; — for a record without rounds."""
+    mine, other = r.get("repeat_ms"), r.get(key)
+    if not mine or not other or len(mine) != len(other):
+        return "—"
+    each = [o / m for o, m in zip(other, mine)]
+    return f"{min(each):.2f}–{max(each):.2f}"
+
+
 def table_results(d: dict) -> str:
     recs = _records(d)
     rows = [[r["dtype"], r["d"], "yes" if r["causal"] else "no", _num(r["ms"], "{:.3f}"), _num(r["tflops"]),
@@ -387,6 +397,10 @@ def table_results(d: dict) -> str:
              _num(r.get("cudnn_ratio"), "{:.2f}×")] for r in recs]
     head = ["dtype", "d", "causal", "Triton ms", "Triton TFLOP/s", "SDPA flash TFLOP/s", "Triton ÷ SDPA flash",
             "cuDNN TFLOP/s", "Triton ÷ cuDNN"]
+    if any("cudnn_repeat_ms" in r for r in recs):
+        head.append("÷ cuDNN, per round")
+        for row, r in zip(rows, recs):
+            row.append(per_round(r, "cudnn_repeat_ms"))
     if any("config" in r for r in recs):  # what the autotuner kept: BLOCK_M x BLOCK_N, warps, stages
         head.append("autotuner's pick")
         for row, r in zip(rows, recs):
@@ -420,6 +434,10 @@ def table_backward(d: dict) -> str | None:
             for r in recs]
     head = ["dtype", "d", "Triton ms", "Triton TFLOP/s", "SDPA flash TFLOP/s", "Triton ÷ SDPA flash",
             "cuDNN TFLOP/s", "Triton ÷ cuDNN"]
+    if any("cudnn_repeat_ms" in r for r in recs):
+        head.append("÷ cuDNN, per round")
+        for row, r in zip(rows, recs):
+            row.append(per_round(r, "cudnn_repeat_ms"))
     ratios = [r["ratio"] for r in recs if r.get("ratio") is not None]
     cudnn = [r["cudnn_ratio"] for r in recs if r.get("cudnn_ratio") is not None]
     r0 = recs[0]
@@ -482,8 +500,9 @@ def table_variants() -> str | None:
             gains.append(f"Pointers (the solution) against `{n}`: " + ", ".join(per) + ".")
     s0 = d["shape"]
     if d.get("timing"):
-        timed = ("timed like §12, with CUDA events around batches of back-to-back launches (the file also holds "
-                 "each configuration's `triton.testing.do_bench` time)")
+        timed = ("timed with §12's `time_ms`, CUDA events around batches of back-to-back launches after a warm-up, "
+                 "once per configuration rather than in §12's rounds (the file also holds each configuration's "
+                 "`triton.testing.do_bench` time)")
     else:
         timed = ("timed with `triton.testing.do_bench`, so the numbers are a little above §12's, where the launcher "
                  "is timed in batches beside SDPA")
