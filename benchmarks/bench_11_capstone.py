@@ -54,11 +54,16 @@ def record_name(d, causal):
 
 
 def flash_record(report, name):
+    """The record against SDPA flash, with cuDNN's figures and both baselines' per-repeat medians beside the
+    capstone's (``repeat_ms``): round by round, the ratios and how far the run moved them."""
     rec = report.record(against=FLASH) | {"kernel": name}
-    cudnn = next((b for b in report.baselines if b.backend == "CUDNN_ATTENTION" and b.ran), None)
-    if cudnn:
+    ran = {b.backend: b for b in report.baselines if b.ran}
+    if flash := ran.get(FLASH):
+        rec["baseline_repeat_ms"] = [benchmark._sig(s.median) for s in flash.repeats]
+    if cudnn := ran.get("CUDNN_ATTENTION"):
         rec |= {"cudnn_ms": benchmark._sig(cudnn.ms), "cudnn_tflops": benchmark._sig(cudnn.tflops),
-                "ratio_cudnn": benchmark._sig(cudnn.ms / report.kernel.ms)}
+                "ratio_cudnn": benchmark._sig(cudnn.ms / report.kernel.ms),
+                "cudnn_repeat_ms": [benchmark._sig(s.median) for s in cudnn.repeats]}
     return rec
 
 

@@ -105,6 +105,17 @@ def write_tables(readme: Path, tables: dict[str, str]) -> None:
                  f"python {readme.parent / 'make_figures.py'}")
 
 
+def per_round(rec: dict, key: str) -> str:
+    """min–max over a record's rounds of the other kernel's time (its per-round medians under ``key``)
+    over the record's own (``repeat_ms``), each from the same round: a ratio's spread within one run;
+    — for a record without them."""
+    mine, other = rec.get("repeat_ms"), rec.get(key)
+    if not mine or not other or len(mine) != len(other):
+        return "—"
+    each = [o / m for o, m in zip(other, mine)]
+    return f"{min(each):.2f}–{max(each):.2f}"
+
+
 def markdown_table(head: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

@@ -34,3 +34,23 @@ def test_every_backward_ablation_is_an_edit_of_the_fused_solution_that_compiles(
     nvrtc = pytest.importorskip("grader.nvrtc")
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     nvrtc.compile_check(source, archs=("sm_90",), options=REGISTRY["capstone_bwd_dkdv_fused_bf16_causal_d128"].options)
+
+
+def test_a_record_keeps_each_baselines_repeats_and_the_reading_shows_their_ratios():
+    from grader.benchmark import BenchReport, Measurement, summarize
+
+    def timed(name, role, backend, medians):
+        return Measurement(name, "fp16", role, 1e9, 1e6, backend=backend, repeats=[summarize([m]) for m in medians])
+    report = BenchReport("capstone_fwd_d64", dict(B=4, H=16, S=4096, d=64), "fp16", False, "GPU", check_passed=True)
+    report.kernel = timed("capstone", "kernel", None, [1.0, 1.1, 1.0, 1.2])
+    report.baselines = [timed("flash", "baseline", "FLASH_ATTENTION", [1.1, 1.1, 1.3, 1.2]),
+                        timed("cudnn", "baseline", "CUDNN_ATTENTION", [0.6, 0.7, 0.6, 0.6]),
+                        Measurement("efficient", "fp16", "baseline", 1e9, 1e6, backend="EFFICIENT_ATTENTION",
+                                    error="refused")]
+    rec = bench.flash_record(report, "capstone_fwd_d64")
+    assert rec["repeat_ms"] == [1.0, 1.1, 1.0, 1.2] and rec["ratio"] == 1.095  # medians: 1.15 over 1.05
+    assert rec["baseline_repeat_ms"] == [1.1, 1.1, 1.3, 1.2] and rec["cudnn_repeat_ms"] == [0.6, 0.7, 0.6, 0.6]
+    figstyle = load_script("modules/figstyle.py", "figstyle_under_test")
+    assert figstyle.per_round(rec, "baseline_repeat_ms") == "1.00–1.30"  # round by round: 1.1, 1.0, 1.3, 1.0
+    assert figstyle.per_round(rec, "cudnn_repeat_ms") == "0.50–0.64"
+    assert figstyle.per_round({"repeat_ms": [1.0]}, "baseline_repeat_ms") == "—"

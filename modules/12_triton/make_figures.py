@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "modules"))
 sys.path.insert(0, str(ROOT))
 import figstyle  # noqa: E402
-from figstyle import BLUE, GREEN, GREY, LIGHT, ORANGE, PURPLE, RED, despine, markdown_table, saver  # noqa: E402
+from figstyle import BLUE, GREEN, GREY, LIGHT, ORANGE, PURPLE, RED, despine, markdown_table, per_round, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
@@ -378,16 +378,6 @@ def _records(d: dict) -> list[dict]:
 
 def _num(x, fmt="{:.1f}") -> str:
     return "—" if x is None else fmt.format(x)
-
-
-def per_round(r: dict, key: str) -> str:
-    """The other kernel's time over Triton's in each round of bench_12_triton's ``time_in_turn`` (``key``:
-    that kernel's per-round medians), as min–max; — for a record without rounds."""
-    mine, other = r.get("repeat_ms"), r.get(key)
-    if not mine or not other or len(mine) != len(other):
-        return "—"
-    each = [o / m for o, m in zip(other, mine)]
-    return f"{min(each):.2f}–{max(each):.2f}"
 
 
 def table_results(d: dict) -> str:
