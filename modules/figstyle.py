@@ -116,6 +116,16 @@ def per_round(rec: dict, key: str) -> str:
     return f"{min(each):.2f}–{max(each):.2f}"
 
 
+def add_per_round(head: list[str], rows: list[list], recs: list[dict], key: str, title: str, at: int | None = None):
+    """Where any record has ``key``, a column ``title`` of :func:`per_round` at ``at`` (else last); rows and
+    records in the same order."""
+    if any(key in r for r in recs):
+        at = len(head) if at is None else at
+        head.insert(at, title)
+        for row, r in zip(rows, recs):
+            row.insert(at, per_round(r, key))
+
+
 def markdown_table(head: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

@@ -54,3 +54,8 @@ def test_a_record_keeps_each_baselines_repeats_and_the_reading_shows_their_ratio
     assert figstyle.per_round(rec, "baseline_repeat_ms") == "1.00–1.30"  # round by round: 1.1, 1.0, 1.3, 1.0
     assert figstyle.per_round(rec, "cudnn_repeat_ms") == "0.50–0.64"
     assert figstyle.per_round({"repeat_ms": [1.0]}, "baseline_repeat_ms") == "—"
+    head, rows = ["a", "b"], [["1", "2"], ["3", "4"]]
+    figstyle.add_per_round(head, rows, [rec, {}], "baseline_repeat_ms", "per round", at=1)
+    assert head == ["a", "per round", "b"] and rows == [["1", "1.00–1.30", "2"], ["3", "—", "4"]]
+    figstyle.add_per_round(head, rows, [{}, {}], "baseline_repeat_ms", "again")  # no record has them: no column
+    assert head == ["a", "per round", "b"]

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "modules"))
 sys.path.insert(0, str(ROOT))
 import figstyle  # noqa: E402
-from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, ceil_div, despine, markdown_table, per_round, saver  # noqa: E402
+from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, add_per_round, ceil_div, despine, markdown_table, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
@@ -688,18 +688,16 @@ def bench_records(cap: dict) -> dict:
 def table_results(cap: dict) -> str:
     recs = bench_records(cap)
     choices = choices_of(cap["sweep"])
+    ordered = sorted(recs.items(), key=lambda kv: (CONFIGS.index(kv[0][:3]), kv[0][3]))
     rows = [[dtype, d, yes(causal), s, choices_text(r, choices), f"{r['ms']:.4g}", f"{r['tflops']:.4g}",
              f"{r['baseline_tflops']:.4g}", f"{r['ratio']:.2f}×",
              f"{r['cudnn_tflops']:.4g}" if r.get("cudnn_tflops") else "–",
              f"{r['ratio_cudnn']:.2f}×" if r.get("ratio_cudnn") else "–"]
-            for (dtype, d, causal, s), r in sorted(recs.items(), key=lambda kv: (CONFIGS.index(kv[0][:3]), kv[0][3]))]
+            for (dtype, d, causal, s), r in ordered]
     head = ["dtype", "d", "causal", "S", "choices", "ms", "TFLOP/s", "SDPA flash TFLOP/s", "÷ SDPA flash",
             "cuDNN TFLOP/s", "÷ cuDNN"]
-    ordered = [r for _, r in sorted(recs.items(), key=lambda kv: (CONFIGS.index(kv[0][:3]), kv[0][3]))]
-    if any("baseline_repeat_ms" in r for r in ordered):  # the repeats of grader.bench, each round's ratio
-        head.insert(9, "÷ SDPA flash, per round")
-        for row, r in zip(rows, ordered):
-            row.insert(9, per_round(r, "baseline_repeat_ms"))
+    # the repeats of grader.bench: each round's ratio, beside the ratio of the medians
+    add_per_round(head, rows, [r for _, r in ordered], "baseline_repeat_ms", "÷ SDPA flash, per round", at=9)
     device = next((r["device"] for r in recs.values() if r.get("device")), "the GPU of the run")
     missing = [label(*c) for c in CONFIGS if not any(k[:3] == c for k in recs)]
     return ("![At S = 4096: module 09, the capstone, Triton, SDPA flash, cuDNN](img/ladder.png)\n\n"

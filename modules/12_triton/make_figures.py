@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "modules"))
 sys.path.insert(0, str(ROOT))
 import figstyle  # noqa: E402
-from figstyle import BLUE, GREEN, GREY, LIGHT, ORANGE, PURPLE, RED, despine, markdown_table, per_round, saver  # noqa: E402
+from figstyle import BLUE, GREEN, GREY, LIGHT, ORANGE, PURPLE, RED, add_per_round, despine, markdown_table, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
@@ -387,10 +387,7 @@ def table_results(d: dict) -> str:
              _num(r.get("cudnn_ratio"), "{:.2f}×")] for r in recs]
     head = ["dtype", "d", "causal", "Triton ms", "Triton TFLOP/s", "SDPA flash TFLOP/s", "Triton ÷ SDPA flash",
             "cuDNN TFLOP/s", "Triton ÷ cuDNN"]
-    if any("cudnn_repeat_ms" in r for r in recs):
-        head.append("÷ cuDNN, per round")
-        for row, r in zip(rows, recs):
-            row.append(per_round(r, "cudnn_repeat_ms"))
+    add_per_round(head, rows, recs, "cudnn_repeat_ms", "÷ cuDNN, per round")
     if any("config" in r for r in recs):  # what the autotuner kept: BLOCK_M x BLOCK_N, warps, stages
         head.append("autotuner's pick")
         for row, r in zip(rows, recs):
@@ -424,10 +421,7 @@ def table_backward(d: dict) -> str | None:
             for r in recs]
     head = ["dtype", "d", "Triton ms", "Triton TFLOP/s", "SDPA flash TFLOP/s", "Triton ÷ SDPA flash",
             "cuDNN TFLOP/s", "Triton ÷ cuDNN"]
-    if any("cudnn_repeat_ms" in r for r in recs):
-        head.append("÷ cuDNN, per round")
-        for row, r in zip(rows, recs):
-            row.append(per_round(r, "cudnn_repeat_ms"))
+    add_per_round(head, rows, recs, "cudnn_repeat_ms", "÷ cuDNN, per round")
     ratios = [r["ratio"] for r in recs if r.get("ratio") is not None]
     cudnn = [r["cudnn_ratio"] for r in recs if r.get("cudnn_ratio") is not None]
     r0 = recs[0]
