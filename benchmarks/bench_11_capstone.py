@@ -1,7 +1,7 @@
 """Module 11's GPU evidence: the capstone forward in every configuration fp16/bf16 x d 64/128 x
 causal/not, its launch choices (WARPS, WARP_ROWS, TILE, STAGES, ...) swept per configuration at
-B=4, H=16, S=4096; at each longer S the sweep's LONG_CANDIDATES fastest choices timed again and the
-fastest kept there; the kept builds then timed at S = 4096, 16384 and 32768 beside SDPA's flash
+B=4, H=16, S=4096; at each S the sweep's CANDIDATES fastest choices raced (timed in turn, ROUNDS
+times) and the fastest kept there; the kept builds then timed at S = 4096, 16384 and 32768 beside SDPA's flash
 backend (the target: at least 1.0x) and cuDNN's. The kernel is read from the instructor notebook
 (grader.course.solution_source): the source the course grades.
 
@@ -16,7 +16,7 @@ backend (the target: at least 1.0x) and cuDNN's. The kernel is read from the ins
 
 Writes DIR/capstone.json: ``tuned`` (the fastest choices per configuration, read by
 ``python -m grader bench capstone`` and module 11's reading), ``sweep`` (every choice tried: time,
-registers, local-memory bytes, or why it was rejected), ``picks`` (the candidates timed at each longer S), ``ablation`` (fp16: the kept build with one idea
+registers, local-memory bytes, or why it was rejected), ``picks`` (the candidates raced at each S), ``ablation`` (fp16: the kept build with one idea
 taken back at a time, see ABLATIONS) and ``bench`` (the records; kernel names
 ``capstone_fwd_d64[_causal]``, dtype and S are fields). ``--merge`` puts the records into
 results/gpu_evidence.json and copies capstone.json into results/.
@@ -27,6 +27,7 @@ import argparse
 import itertools
 import json
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -44,9 +45,11 @@ from grader.wrong_corpus import replace_each_once  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 SEQS = (4096, 16384, 32768)
 FLASH = "FLASH_ATTENTION"
-# At a longer S the fastest S = 4096 choices can trade places (the grid's tail matters less, the
-# L2's hold on K and V more): this many of them are timed again there.
-LONG_CANDIDATES = 8
+# The sweep times each choice once, alone: choices a few percent apart trade places from run to
+# run. At every S its fastest CANDIDATES are raced (at a longer S they can also trade places for
+# real: the grid's tail matters less, the L2's hold on K and V more), ROUNDS measurements each.
+CANDIDATES = 8
+ROUNDS = 4
 
 
 def record_name(d, causal):
@@ -116,17 +119,26 @@ def ranked(rows, key):
 
 
 def pick(source, dtype, d, causal, s, candidates, picks):
-    """The fastest of ``candidates`` at sequence length ``s``, each timed alone."""
-    best = None
+    """The fastest of ``candidates`` at sequence length ``s``: each checked, then all of them raced
+    (grader.benchmark.race: ROUNDS measurements each, in turn), the median of its rounds deciding, as
+    the autotuner decides between its finalists."""
+    builds = []
     for cfg in candidates:
-        report = grader.bench(build(dtype, d, causal, cfg), source, dtype=dtype, shape=dict(S=s), baselines=False,
-                              budget=Budget(min_runs=3, min_ms=150))
-        if not report.check_passed:
-            raise SystemExit(f"{dtype} d={d} causal={causal} {cfg}: {report.check_message}")
-        picks.append(dict(dtype=dtype, d=d, causal=causal, S=s, **cfg, ms=benchmark._sig(report.kernel.ms),
-                          tflops=benchmark._sig(report.kernel.tflops)))
-        if best is None or report.kernel.ms < best[0]:
-            best = (report.kernel.ms, cfg)
+        ex_id = build(dtype, d, causal, cfg)
+        result = run_check(ex_id, source)
+        if not result.passed:
+            raise SystemExit(f"{dtype} d={d} causal={causal} {cfg}: {result.first_failure.message}")
+        ex, spec = REGISTRY[ex_id], benchmark.get_spec(ex_id)
+        p = spec.params(benchmark.parse_shape(dict(S=s), spec))
+        builds.append((ex, RawKernel(source, m11.KERNEL, options=ex.options).compile(), p, dtype))
+    best = None
+    for cfg, (ex, _, p, _), rounds in zip(candidates, builds, benchmark.race(builds, ROUNDS)):
+        ms = statistics.median(rounds)
+        picks.append(dict(dtype=dtype, d=d, causal=causal, S=s, **cfg, ms=benchmark._sig(ms),
+                          tflops=benchmark._sig(benchmark.get_spec(ex.id).flops(p) / ms / 1e9),
+                          rounds=[benchmark._sig(x) for x in rounds]))
+        if best is None or ms < best[0]:
+            best = (ms, cfg)
     print(f"  {dtype} d={d} causal={causal} S={s}: kept {best[1]}", flush=True)
     return best[1]
 
@@ -193,8 +205,8 @@ def ablation(source, dtype, d, causal, cfg, kept_tflops):
 
 def gpu_main(out: Path, source: str, repeats: int = 4, seqs=SEQS, configs=m11.CONFIGS, reuse_sweep: bool = False,
              reuse_picks: bool = False):
-    """Sweep (or, ``reuse_sweep``, take results/capstone.json's sweep and ablation rows), pick per longer S
-    (or, ``reuse_picks``, keep the choices of its records there), time the kept builds at every S of ``seqs``
+    """Sweep (or, ``reuse_sweep``, take results/capstone.json's sweep and ablation rows), race its leaders at
+    each S (or, ``reuse_picks``, keep the choices of its records there), time the kept builds at every S of ``seqs``
     beside the baselines: ``repeats`` rounds, every other one in reverse order (grader.bench)."""
     out.mkdir(parents=True, exist_ok=True)
     tuned, rows, records, ablations, picks = [], [], [], [], []
@@ -213,15 +225,19 @@ def gpu_main(out: Path, source: str, repeats: int = 4, seqs=SEQS, configs=m11.CO
             cfg = ranked(rows, key)[0]
         else:
             cfg = sweep(source, dtype, d, causal, rows)
+        if reuse_picks:
+            cfg = m11.tuned_configs()[key]
+        elif SEQS[0] in seqs:
+            cfg = pick(source, dtype, d, causal, SEQS[0], ranked(rows, key)[:CANDIDATES], picks)
         tuned.append(dict(dtype=dtype, d=d, causal=causal, **cfg))
         for s in seqs:
-            if s == SEQS[0]:
-                kept = cfg
-            elif reuse_picks:
+            if reuse_picks:
                 kept = m11.tuned_configs(s)[key]
                 picks += [r for r in committed["picks"] if key_of(r) == key and r["S"] == s]
+            elif s == SEQS[0]:
+                kept = cfg
             else:
-                kept = pick(source, dtype, d, causal, s, ranked(rows, key)[:LONG_CANDIDATES], picks)
+                kept = pick(source, dtype, d, causal, s, ranked(rows, key)[:CANDIDATES], picks)
             report = grader.bench(build(dtype, d, causal, kept), source, dtype=dtype, shape=dict(S=s), repeats=repeats)
             if not report.check_passed:
                 raise SystemExit(f"{dtype} d={d} causal={causal} {kept}: {report.check_message}")
@@ -296,7 +312,7 @@ if __name__ == "__main__":
     ap.add_argument("--reuse-sweep", action="store_true",
                     help="take the S = 4096 sweep (and the ablation rows) from results/capstone.json instead of sweeping")
     ap.add_argument("--reuse-picks", action="store_true",
-                    help="--reuse-sweep, and at each longer S the choices results/capstone.json's records kept there")
+                    help="--reuse-sweep, and at each S the choices results/capstone.json's records kept there")
     ap.add_argument("--only", help="sweep and time these configurations only (dtype:d:causal, comma-separated, "
                     "e.g. fp16:128:1), kept beside the others of results/capstone.json (same GPU model required)")
     a = ap.parse_args()

@@ -20,10 +20,16 @@ option of the exercise. Each one is, in order:
 4. judged by the exercise's own check (visible cases) on a copy of the exercise row whose launch
    shape comes from the space, and rejected when a case fails;
 5. timed at the benchmark shape (``grader.benchspec``) by the benchmark harness's timing of the
-   kernel alone (``grader.benchmark``: CUDA events, L2 flushed before each run).
+   kernel alone (``grader.benchmark``: CUDA events, L2 flushed before each run);
+6. if among the ``FINALISTS`` fastest within ``FINAL_MARGIN`` of the fastest, timed again against
+   the other finalists, in turn (``grader.benchmark.race``: ``FINAL_ROUNDS`` measurements each,
+   every other round in reverse order); the median of its rounds is then its time, and the best
+   is the fastest finalist. One measurement each ranks builds a few percent apart differently from
+   run to run: a GPU at its power limit clocks a kernel by what ran before it.
 
-The emulator does not model speed, so there step 5 is skipped and no configuration is chosen,
-unless a ``timer`` is passed (tests pass one to make tuning deterministic). The fastest
+The emulator does not model speed, so there steps 5 and 6 are skipped and no configuration is
+chosen, unless a ``timer`` is passed (tests pass one to make tuning deterministic; step 6 runs when
+the timer has a ``race`` method, as the GPU's has). The fastest
 configuration is cached per (device, exercise, shape, dtype, build) in ``autotune.json`` under
 the grader's cache directory (``GRADER_CACHE_DIR``), where "build" hashes the kernel source, the
 exercise's options and the search space; a hit compiles nothing.
@@ -35,6 +41,7 @@ import hashlib
 import itertools
 import json
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +51,10 @@ from typing import Callable
 from .backend import backend as active_backend
 from .errors import CourseError, LaunchConfigError
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the finalists raced (step 6)
+FINALISTS = 4
+FINAL_MARGIN = 0.05
+FINAL_ROUNDS = 4
 EMULATOR = "CPU emulator"
 
 
@@ -101,6 +111,7 @@ class Row:
     status: str
     ms: float | None = None
     tflops: float | None = None
+    rounds: list | None = None  # a finalist's ms in each round of the race (``ms`` is their median)
 
     @property
     def ok(self) -> bool:
@@ -122,9 +133,10 @@ class TuneResult:
 
     @property
     def best(self) -> dict | None:
-        """The configuration of the fastest row that passed, or None when none was timed."""
+        """The configuration of the fastest row that passed (of the finalists, when they were raced), or
+        None when none was timed."""
         timed = [r for r in self.rows if r.ok and r.ms is not None]
-        return min(timed, key=lambda r: r.ms).cfg if timed else None
+        return min([r for r in timed if r.rounds] or timed, key=lambda r: r.ms).cfg if timed else None
 
     @property
     def best_options(self) -> tuple | None:
@@ -134,7 +146,8 @@ class TuneResult:
     def records(self) -> list[dict]:
         """One flat dict per configuration (for a JSON file or a plot)."""
         return [{"kernel": self.exercise, "dtype": self.dtype, **self.shape, **r.cfg, "status": r.status,
-                 "ms": r.ms, "tflops": r.tflops, "device": self.device} for r in self.rows]
+                 "ms": r.ms, "tflops": r.tflops, "device": self.device} | ({"rounds": r.rounds} if r.rounds else {})
+                for r in self.rows]
 
     def table(self) -> str:
         shape = " ".join(f"{k}={v}" for k, v in self.shape.items())
@@ -148,7 +161,7 @@ class TuneResult:
         for r in self.rows:
             ms = f"{r.ms:.4g}" if r.ms is not None else "-"
             tflops = f"{r.tflops:.3g}" if r.tflops is not None else "-"
-            mark = "  <- best" if r.cfg == best else ""
+            mark = ("  <- best" if r.cfg == best else "") + (f"  (raced: median of {len(r.rounds)})" if r.rounds else "")
             lines.append("  " + "".join(f"{str(r.cfg[n]):<{w}}" for n, w in zip(names, widths))
                          + f"{ms:>10s}{tflops:>9s}  {r.status}{mark}")
         if best is not None:
@@ -197,24 +210,17 @@ def gpu_timer(budget=None, seed: int = 0) -> Callable:
     """The default timer on a GPU: ``timer(ex, kernel, p, dtype) -> ms``, the median time of the
     compiled ``kernel`` launched as the exercise row ``ex`` says at parameters ``p``, measured by
     the benchmark harness (``budget``: a ``benchmark.Budget``) without baselines."""
-    from .benchmark import Budget, EventTimer, kernel_runner
-    from .benchspec import get_spec
+    from .benchmark import Budget, EventTimer, race
 
     budget = budget or Budget()
     events = []  # one L2-flushing timer (its buffer is twice the L2) for every configuration
 
     def timer(ex, kernel, p, dtype):
-        import cupy
-
         if not events:
             events.append(EventTimer())
-        runner, _ = kernel_runner(ex, kernel, get_spec(ex.id), p, dtype, seed)
-        try:
-            runner.measurement.repeats.append(budget.measure(events[0], runner.fn, runner.stream, runner.before))
-        finally:
-            cupy.cuda.Device().synchronize()
-        return runner.measurement.ms
+        return race([(ex, kernel, p, dtype)], 1, budget, seed, events[0])[0][0]
 
+    timer.race = lambda builds: race(builds, FINAL_ROUNDS, budget, seed, events[0])
     return timer
 
 
@@ -273,6 +279,24 @@ def _threads(ex, p) -> int:
 
 def _first_line(message: str) -> str:
     return message.strip().splitlines()[0].strip()
+
+
+def _final(ex, space, source, rows, p, dtype, be, timer, flops) -> None:
+    """Step 6: the finalists among ``rows`` raced, their ``ms`` and ``rounds`` set from the race."""
+    from .kernel import RawKernel
+
+    timed = sorted((r for r in rows if r.ok and r.ms is not None), key=lambda r: r.ms)
+    finalists = [r for r in timed[:FINALISTS] if r.ms <= timed[0].ms * (1 + FINAL_MARGIN)] if timed else []
+    if len(finalists) < 2:
+        return
+    builds = []
+    for r in finalists:
+        v = variant(ex, space, r.cfg)
+        builds.append((v, RawKernel(source, ex.kernel, options=v.options, backend=be).compile(), p, dtype))
+    for r, ms in zip(finalists, timer.race(builds)):
+        r.rounds = [float(x) for x in ms]
+        r.ms = statistics.median(r.rounds)
+        r.tflops = flops / r.ms / 1e9 if flops else None
 
 
 def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared) -> Row:
@@ -362,6 +386,8 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
         rows.append(_try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared))
         if progress is not None:
             progress(len(rows), len(configs), rows[-1])
+    if hasattr(timer, "race"):
+        _final(ex, space, source, rows, p, dtype, be, timer, flops)
     note = None if timer is not None else "timing needs a GPU: " + REFUSAL.format(exercise=exercise_id)
     result = TuneResult(exercise_id, device, shape, dtype, ex.options, rows, note=note)
     if cache and result.best is not None:

@@ -685,6 +685,34 @@ def _dry_run(ex, compiled, spec, p, dtype: str, seed: int) -> str | None:
     return f"dry run: the launch left {', '.join(missing)} unwritten" if missing else None
 
 
+def time_in_turn(runners: list, repeats: int, budget: Budget | None = None, timer: EventTimer | None = None) -> None:
+    """Each runner measured ``repeats`` times (into its measurement's ``repeats``), the runners in
+    turn (:func:`in_turn`); a runner without a function (a baseline that cannot run) is skipped."""
+    import cupy
+
+    timer, budget = timer or EventTimer(), budget or Budget()
+    try:
+        for r in in_turn(runners, repeats):
+            if r.fn is not None:
+                with r.context():
+                    r.measurement.repeats.append(budget.measure(timer, r.fn, r.stream, r.before))
+    finally:
+        cupy.cuda.Device().synchronize()
+
+
+def race(builds: list, repeats: int, budget: Budget | None = None, seed: int = 0,
+         timer: EventTimer | None = None) -> list[list[float]]:
+    """Builds of one exercise timed against each other: each ``(ex, compiled, p, dtype)`` launched as
+    its row ``ex`` says at parameters ``p``, all of them measured ``repeats`` times in turn. Per build,
+    the median ms of each measurement. Timed one after another instead, close builds trade places
+    from run to run (the clock a kernel gets depends on what ran before it)."""
+    from .benchspec import get_spec
+
+    runners = [kernel_runner(ex, compiled, get_spec(ex.id), p, dtype, seed)[0] for ex, compiled, p, dtype in builds]
+    time_in_turn(runners, repeats, budget, timer)
+    return [[s.median for s in r.measurement.repeats] for r in runners]
+
+
 def kernel_source(kernel, caller: str) -> str:
     """The source of ``kernel``: a source string, or the kernel ``%%cuda`` made."""
     source = kernel if isinstance(kernel, str) else getattr(kernel, "code", None)
@@ -736,20 +764,11 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
         report.check_message = _dry_run(ex, compiled, spec, p, dtype, seed)
         report.check_passed = report.check_message is None
         return report
-    import cupy
-
     mine, inputs = kernel_runner(ex, compiled, spec, p, dtype, seed)
     runners = [mine]
     if baselines:
         runners += _baseline_runners(spec, p, dtype, inputs, seed)
-    timer, budget = EventTimer(), budget or Budget()
-    try:
-        for r in in_turn(runners, repeats):
-            if r.fn is not None:
-                with r.context():
-                    r.measurement.repeats.append(budget.measure(timer, r.fn, r.stream, r.before))
-    finally:
-        cupy.cuda.Device().synchronize()
+    time_in_turn(runners, repeats, budget)
     report.kernel = mine.measurement
     report.baselines = [r.measurement for r in runners[1:]]
     return report

@@ -132,6 +132,43 @@ def test_every_rejection_and_the_timer_picks_the_best(space, counted):
     assert REGISTRY["vector_add"].block(None) == 256 and REGISTRY["vector_add"].options == ()  # the copy is not registered
 
 
+class RacingTimer:
+    """A timer with a race (as the GPU's has): ``single`` ms by threads per block for the first
+    measurement, ``rounds`` the race's ms per round."""
+
+    def __init__(self, single, rounds):
+        self.single, self.rounds, self.raced = single, rounds, []
+
+    def __call__(self, ex, kernel, p, dtype):
+        return self.single[ex.block(p)[0] * 2]
+
+    def race(self, builds):
+        threads = [ex.block(p)[0] * 2 for ex, kernel, p, dtype in builds]
+        assert all(kernel.options == ex.options and p.n == 4096 for ex, kernel, p, dtype in builds)
+        self.raced.append(threads)
+        return [self.rounds[t] for t in threads]
+
+
+def test_the_finalists_are_raced_and_their_median_decides(space):
+    # 128 threads looked 2% slower alone; in turn it is faster in three rounds of four
+    timer = RacingTimer({128: 0.51, 256: 0.5}, {128: [0.46, 0.47, 0.52, 0.45], 256: [0.5, 0.49, 0.5, 0.51]})
+    result = autotune.tune("vector_add", TUNABLE, shape="n=4096", timer=timer, cache=False)
+    assert timer.raced == [[256, 128]]  # the fastest first
+    assert result.best == {"THREADS": 128, "SKIP_LAST": 0}
+    raced = {r.cfg["THREADS"]: r for r in result.rows if r.rounds}
+    assert raced[128].ms == pytest.approx(0.465) and raced[256].ms == pytest.approx(0.5)
+    assert raced[128].tflops == pytest.approx(4096 / 0.465 / 1e9)
+    assert result.records()[2]["rounds"] == [0.46, 0.47, 0.52, 0.45] and "rounds" not in result.records()[0]
+    assert "<- best  (raced: median of 4)" in result.table()
+
+
+def test_a_configuration_beyond_the_margin_is_not_raced(space):
+    timer = RacingTimer({128: 0.5 * (1 + autotune.FINAL_MARGIN) * 1.01, 256: 0.5}, {})
+    result = autotune.tune("vector_add", TUNABLE, shape="n=4096", timer=timer, cache=False)
+    assert timer.raced == [] and result.best == {"THREADS": 256, "SKIP_LAST": 0}
+    assert all(r.rounds is None for r in result.rows)
+
+
 def test_cache_hit_compiles_nothing_and_refresh_tunes_again(space, counted, tmp_path):
     calls, timer = counted
     first = autotune.tune("vector_add", TUNABLE, shape={"n": 4096}, timer=timer)
