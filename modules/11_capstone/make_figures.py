@@ -726,7 +726,8 @@ def table_results(cap: dict) -> str:
               "ratios are speeds, the other kernel's time over the capstone's, each measured beside it in the same run). "
               "Choices: warps × rows per warp, keys per tile, stages, where Q's fragments live."
             + (" Per round: the lowest and highest of the four rounds' ratios, each from the two kernels' medians in "
-               "that round (— for a record measured before the rounds' baselines were kept)."
+               "that round" + (" (— for a record measured before the rounds' baselines were kept)"
+                               if any("baseline_repeat_ms" not in r for r in recs.values()) else "") + "."
                if "÷ SDPA flash, per round" in head else "")
             + (f" Not measured yet: {'; '.join(missing)}." if missing else "") + "*\n\n" + results_summary(recs) + "\n")
 
