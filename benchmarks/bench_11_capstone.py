@@ -128,15 +128,15 @@ def pick(source, dtype, d, causal, s, candidates, picks):
         result = run_check(ex_id, source)
         if not result.passed:
             raise SystemExit(f"{dtype} d={d} causal={causal} {cfg}: {result.first_failure.message}")
-        ex, spec = REGISTRY[ex_id], benchmark.get_spec(ex_id)
-        p = spec.params(benchmark.parse_shape(dict(S=s), spec))
-        builds.append((ex, RawKernel(source, m11.KERNEL, options=ex.options).compile(), p, dtype))
+        spec = benchmark.get_spec(ex_id)
+        builds.append((REGISTRY[ex_id], RawKernel(source, m11.KERNEL, options=REGISTRY[ex_id].options).compile(),
+                       spec.params(benchmark.parse_shape(dict(S=s), spec)), dtype))
+    flops = spec.flops(builds[0][2])  # the same work for every candidate
     best = None
-    for cfg, (ex, _, p, _), rounds in zip(candidates, builds, benchmark.race(builds, ROUNDS)):
+    for cfg, rounds in zip(candidates, benchmark.race(builds, ROUNDS)):
         ms = statistics.median(rounds)
         picks.append(dict(dtype=dtype, d=d, causal=causal, S=s, **cfg, ms=benchmark._sig(ms),
-                          tflops=benchmark._sig(benchmark.get_spec(ex.id).flops(p) / ms / 1e9),
-                          rounds=[benchmark._sig(x) for x in rounds]))
+                          tflops=benchmark._sig(flops / ms / 1e9), rounds=[benchmark._sig(x) for x in rounds]))
         if best is None or ms < best[0]:
             best = (ms, cfg)
     print(f"  {dtype} d={d} causal={causal} S={s}: kept {best[1]}", flush=True)

@@ -281,25 +281,22 @@ def _first_line(message: str) -> str:
     return message.strip().splitlines()[0].strip()
 
 
-def _final(ex, space, source, rows, p, dtype, be, timer, flops) -> None:
-    """Step 6: the finalists among ``rows`` raced, their ``ms`` and ``rounds`` set from the race."""
-    from .kernel import RawKernel
-
-    timed = sorted((r for r in rows if r.ok and r.ms is not None), key=lambda r: r.ms)
-    finalists = [r for r in timed[:FINALISTS] if r.ms <= timed[0].ms * (1 + FINAL_MARGIN)] if timed else []
+def _final(timed: list, p, dtype, timer, flops) -> None:
+    """Step 6: the finalists among ``timed`` ((row, its exercise row, its compiled build) of every timed
+    configuration) raced, their rows' ``ms`` and ``rounds`` set from the race."""
+    timed = sorted(timed, key=lambda t: t[0].ms)
+    finalists = [t for t in timed[:FINALISTS] if t[0].ms <= timed[0][0].ms * (1 + FINAL_MARGIN)] if timed else []
     if len(finalists) < 2:
         return
-    builds = []
-    for r in finalists:
-        v = variant(ex, space, r.cfg)
-        builds.append((v, RawKernel(source, ex.kernel, options=v.options, backend=be).compile(), p, dtype))
-    for r, ms in zip(finalists, timer.race(builds)):
+    rounds = timer.race([(v, compiled, p, dtype) for _, v, compiled in finalists])
+    for (r, _, _), ms in zip(finalists, rounds):
         r.rounds = [float(x) for x in ms]
         r.ms = statistics.median(r.rounds)
         r.tflops = flops / r.ms / 1e9 if flops else None
 
 
-def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared) -> Row:
+def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared, timed: list) -> Row:
+    """Steps 1-5 for one configuration; a timed one is added to ``timed`` with its exercise row and build."""
     from .checks import run_check
     from .kernel import RawKernel
 
@@ -328,7 +325,9 @@ def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared)
         ms = float(timer(v, compiled, p, dtype))
     except CourseError as err:
         return Row(cfg, "timing failed: " + _first_line(str(err)))
-    return Row(cfg, "ok", ms, flops / ms / 1e9 if flops else None)
+    row = Row(cfg, "ok", ms, flops / ms / 1e9 if flops else None)
+    timed.append((row, v, compiled))
+    return row
 
 
 def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: str | None = None,
@@ -381,13 +380,13 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
     points = [SimpleNamespace(**c.params) for c in ex.visible_cases()] + ([p] if spec is not None or shape else [])
     flops = spec.flops(p) if spec is not None and spec.flops else None
     max_shared = _max_shared_bytes(be)
-    configs, rows = configurations(space), []
+    configs, rows, timed = configurations(space), [], []
     for cfg in configs:
-        rows.append(_try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared))
+        rows.append(_try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared, timed))
         if progress is not None:
             progress(len(rows), len(configs), rows[-1])
     if hasattr(timer, "race"):
-        _final(ex, space, source, rows, p, dtype, be, timer, flops)
+        _final(timed, p, dtype, timer, flops)
     note = None if timer is not None else "timing needs a GPU: " + REFUSAL.format(exercise=exercise_id)
     result = TuneResult(exercise_id, device, shape, dtype, ex.options, rows, note=note)
     if cache and result.best is not None:
