@@ -37,10 +37,12 @@ SCALE = {"duration (us)": 1e-3, "instructions (M)": 1e-6, "MUFU instructions (M)
          "shared load wavefronts (M)": 1e-6, "local (spill) bytes (MB)": 1e-6, "DRAM bytes read (MB)": 1e-6}
 
 
-def collect(ncu: str, driver: str, launch: str, kernel_regex: str, who: Callable[[str], str]) -> dict:
+def collect(ncu: str, driver: str, launch: str, kernel_regex: str, who: Callable[[str], str],
+            metrics: dict = METRICS) -> dict:
     """Run ``driver --launch launch`` under ncu, keeping the kernels ``kernel_regex`` matches;
-    ``who(kernel name)`` labels each. Returns {label: {metric name: scaled value}}."""
-    cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(METRICS.values()),
+    ``who(kernel name)`` labels each. Returns {label: {metric name: scaled value}} for ``metrics``
+    (by default METRICS; a script adds its own beside them)."""
+    cmd = [ncu, "--csv", "--print-units", "base", "--metrics", ",".join(metrics.values()),
            "--kernel-name", f"regex:{kernel_regex}", sys.executable, driver, "--launch", launch]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     found = {}
@@ -51,18 +53,18 @@ def collect(ncu: str, driver: str, launch: str, kernel_regex: str, who: Callable
             continue
     if not found:
         raise SystemExit(f"ncu returned no rows for --launch {launch}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    return {label: {name: values.get(metric, float("nan")) * SCALE.get(name, 1.0) for name, metric in METRICS.items()}
+    return {label: {name: values.get(metric, float("nan")) * SCALE.get(name, 1.0) for name, metric in metrics.items()}
             for label, values in found.items()}
 
 
-def table(results: dict, labels, suffix: str, width: int) -> str:
+def table(results: dict, labels, suffix: str, width: int, metrics: dict = METRICS) -> str:
     """{configuration: {label: metrics}} as text: per configuration, one row per metric and one
     column per label (a label ncu did not report shows nan)."""
     lines = []
     for key, kernels in results.items():
         lines.append(f"{key} {suffix}")
         lines.append(f"  {'metric':42s}" + "".join(f" {label:>{width}s}" for label in labels))
-        for name in METRICS:
+        for name in metrics:
             lines.append(f"  {name:42s}" + "".join(f" {kernels.get(label, {}).get(name, float('nan')):{width}.4g}"
                                                    for label in labels))
         lines.append("")

@@ -1,5 +1,5 @@
 """Why the capstone falls short of SDPA's flash backend: Nsight Compute on one launch of each, same
-shape (B=4, H=16, S=4096), for the configurations the reading discusses.
+shape (B=4, H=16, S=4096), in every configuration (fp16/bf16 x d 64/128 x causal or not).
 
     PYTHONPATH=. python3 benchmarks/profile_capstone.py --out DIR     # on the GPU machine, ncu on PATH
 
@@ -15,10 +15,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ncu_metrics import cli, collect, table as ncu_table  # noqa: E402
+from ncu_metrics import METRICS, cli, collect, table as ncu_table  # noqa: E402
 
-CONFIGS = [("fp16", 64, False), ("fp16", 64, True), ("fp16", 128, False), ("fp16", 128, True)]
+CONFIGS = [(dtype, d, causal) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
 SHAPE = dict(B=4, H=16, S=4096)
+# Blocks over what the GPU holds at once (ncu's launch statistics): a fraction means the grid's last
+# round of blocks leaves SMs idle (benchmarks/timeline_capstone.py times that tail).
+CAPSTONE_METRICS = METRICS | {"waves per SM": "launch__waves_per_multiprocessor"}
 
 
 def launch(dtype: str, d: int, causal: bool):
@@ -57,7 +60,7 @@ def launch(dtype: str, d: int, causal: bool):
 def profile(ncu: str, dtype: str, d: int, causal: bool) -> dict:
     """Both kernels' metrics, the GPU they ran on (``device``) and the capstone's choices (``choices``)."""
     got = collect(ncu, __file__, f"{dtype},{d},{int(causal)}", "capstone_fwd|flash_fwd",
-                  lambda name: "capstone" if "capstone_fwd" in name else "SDPA flash")
+                  lambda name: "capstone" if "capstone_fwd" in name else "SDPA flash", CAPSTONE_METRICS)
     name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
                           capture_output=True, text=True).stdout.strip()
     from grader.exercises import m11_capstone as m11
@@ -66,7 +69,7 @@ def profile(ncu: str, dtype: str, d: int, causal: bool) -> dict:
 
 
 def table(results: dict) -> str:
-    return ncu_table(results, ("capstone", "SDPA flash"), "(B=4, H=16, S=4096)", 12)
+    return ncu_table(results, ("capstone", "SDPA flash"), "(B=4, H=16, S=4096)", 12, CAPSTONE_METRICS)
 
 
 def _launch(spec: str):
