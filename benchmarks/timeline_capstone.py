@@ -6,9 +6,9 @@ and how long SMs sit idle at the end of the grid, when fewer blocks are left tha
 
     PYTHONPATH=. python3 benchmarks/timeline_capstone.py gpu --out DIR     # on a GPU (about a minute)
 
-Runs each configuration of CONFIGS at every S of SEQS with its kept choices (capstone.json's records),
-warm (after WARMUP launches), and writes DIR/capstone_timeline.json: per run the kept choices, the
-summary (``summarise``) and, at S = 4096, each block's SM, entry and exit in microseconds (for the
+Runs each (dtype, d, causal, S) of RUNS with its kept choices (capstone.json's records), warm (after
+WARMUP launches), and writes DIR/capstone_timeline.json: per run the kept choices, the summary
+(``summarise``) and, for the first run, each block's SM, entry and exit in microseconds (the
 reading's timeline figure). The stamps go into a copy of the kernel (``stamped_source``); the graded
 source is untouched.
 """
@@ -23,9 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# d = 128 without a mask: the points where the capstone stays below SDPA flash in every round at S = 4096.
-CONFIGS = [("fp16", 128, False), ("bf16", 128, False)]
+# d = 128, where the capstone falls short of SDPA flash: without a mask at every S, with it at the
+# longer two.
 SEQS = (4096, 16384, 32768)
+RUNS = ([(dtype, 128, False, S) for dtype in ("fp16", "bf16") for S in SEQS]
+        + [(dtype, 128, True, S) for dtype in ("fp16", "bf16") for S in SEQS[1:]])
 SHAPE = dict(B=4, H=16)
 WARMUP = 20
 WORDS = 9  # per block: g_entry, g_exit, c_entry, c_first, c_loop_min, c_loop_max, c_exit, smid, tiles
@@ -78,13 +80,15 @@ def stamped_source(source: str) -> str:
 def summarise(stamps: np.ndarray) -> dict:
     """One launch's stamps ([blocks, WORDS]) as microseconds: per block (medians) the start (entry to
     the first tile landed in every warp), the loop (to the last warp leaving it) and per tile, the
-    end (to every warp's output written); per SM the gap between one block's exit and the next
+    end (to every warp's output stores issued); per SM the gap between one block's exit and the next
     block's entry, and the idle time after its last block while others still run (``idle_end``)
-    and before its first (``idle_start``). ``shares``: each part's share of the SMs' time (SMs x the
-    launch's span), with one block per SM at a time (``blocks_at_once`` = 1): then they sum to 1."""
+    and before its first (``idle_start``). A block's cycles become time at that block's own clock
+    (its cycles over its nanoseconds), so its start, loop and end add up to its entry-to-exit time.
+    ``shares``: each part's share of the SMs' time (SMs x the first entry to the last exit), with one
+    block per SM at a time (``blocks_at_once`` = 1): then they sum to 1."""
     a = stamps.astype(np.int64)
     g_in, g_out, c_in, c_first, _lo, c_hi, c_out, sm, tiles = a.T
-    ghz = float(np.median((c_out - c_in) / np.maximum(g_out - g_in, 1)))  # cycles per ns
+    ghz = (c_out - c_in) / np.maximum(g_out - g_in, 1)  # each block's cycles per ns
     us = lambda cycles: cycles / ghz / 1e3  # noqa: E731
     t0, t1 = int(g_in.min()), int(g_out.max())
     span = (t1 - t0) / 1e3
@@ -101,16 +105,15 @@ def summarise(stamps: np.ndarray) -> dict:
         if overlap.any():
             at_once = 2
         gaps += [(g_in[i[k]] - g_out[i[k - 1]]) / 1e3 for k in range(1, len(i)) if not overlap[k - 1]]
-    n_sm = len(sms)
-    total = span * n_sm
+    total = span * len(sms)
     shares = dict(loop=float(loop.sum() / total), start=float(start.sum() / total), end=float(end.sum() / total),
                   between=float(sum(gaps) / total), idle_end=float(sum(idle_end) / total),
                   idle_start=float(sum(idle_start) / total))
-    return dict(blocks=int(len(a)), sms=int(n_sm), blocks_per_sm=[int(min(per_sm)), int(max(per_sm))],
-                blocks_at_once=at_once, clock_ghz=round(ghz, 4), span_us=round(span, 2),
-                start_us=round(float(np.median(start)), 3), loop_us=round(float(np.median(loop)), 2),
-                tile_us=round(float(np.median(loop / np.maximum(tiles, 1))), 4), end_us=round(float(np.median(end)), 3),
-                between_us=round(float(np.median(gaps)), 3) if gaps else None,
+    return dict(blocks=int(len(a)), sms=int(len(sms)), blocks_per_sm=[int(min(per_sm)), int(max(per_sm))],
+                blocks_at_once=at_once, tiles=int(np.median(tiles)), clock_ghz=round(float(np.median(ghz)), 4),
+                span_us=round(span, 2), start_us=round(float(np.median(start)), 3),
+                loop_us=round(float(np.median(loop)), 2), tile_us=round(float(np.median(loop / np.maximum(tiles, 1))), 4),
+                end_us=round(float(np.median(end)), 3), between_us=round(float(np.median(gaps)), 3) if gaps else None,
                 idle_end_us=round(float(np.mean(idle_end)), 2), idle_start_us=round(float(np.mean(idle_start)), 3),
                 shares={k: round(v, 5) for k, v in shares.items()})
 
@@ -160,16 +163,15 @@ def gpu_main(out: Path):
     from grader.exercises import m11_capstone as m11
 
     runs = []
-    for dtype, d, causal in CONFIGS:
-        for S in SEQS:
-            cfg = m11.tuned_configs(S)[(dtype, d, causal)]
-            stamps = launch(dtype, d, causal, S, cfg)
-            run = dict(dtype=dtype, d=d, causal=causal, S=S, **SHAPE, choices=cfg, summary=summarise(stamps))
-            if S == SEQS[0]:
-                run["blocks"] = blocks_of(stamps)
-            runs.append(run)
-            print(json.dumps({k: v for k, v in run.items() if k != "blocks"}), flush=True)
-            torch.cuda.empty_cache()
+    for dtype, d, causal, S in RUNS:
+        cfg = m11.tuned_configs(S)[(dtype, d, causal)]
+        stamps = launch(dtype, d, causal, S, cfg)
+        run = dict(dtype=dtype, d=d, causal=causal, S=S, **SHAPE, choices=cfg, summary=summarise(stamps))
+        if not runs:
+            run["blocks"] = blocks_of(stamps)
+        runs.append(run)
+        print(json.dumps({k: v for k, v in run.items() if k != "blocks"}), flush=True)
+        torch.cuda.empty_cache()
     device = torch.cuda.get_device_name(0)
     out.mkdir(parents=True, exist_ok=True)
     (out / "capstone_timeline.json").write_text(json.dumps(dict(device=device, runs=runs)) + "\n")
