@@ -1,6 +1,6 @@
 """Where the capstone's time goes, block by block: every block of one launch stamps the GPU's clocks
-as it enters, once its first tile has landed, as each warp leaves the tile loop and once its output
-is written, and names the SM it ran on. From the stamps: how long a block waits before its first
+as it enters, once its first tile has landed, as each warp leaves the tile loop and once every warp
+has issued its output stores, and names the SM it ran on. From the stamps: how long a block waits before its first
 product, how long it spends per tile, how long its ending takes, the gap before the SM's next block,
 and how long SMs sit idle at the end of the grid, when fewer blocks are left than SMs.
 
