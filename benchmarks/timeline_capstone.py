@@ -11,6 +11,10 @@ WARMUP launches), and writes DIR/capstone_timeline.json: per run the kept choice
 (``summarise``) and, for the first run, each block's SM, entry and exit in microseconds (the
 reading's timeline figure). The stamps go into a copy of the kernel (``stamped_source``); the graded
 source is untouched.
+
+``grids`` in the same file: the kernel as graded, timed with grader.bench beside SDPA flash at B = 1
+and S = 4096 with GRID_HEADS heads and, beside each, the next count of heads whose blocks the SMs
+divide evenly (every round full): how much each kernel loses to a ragged last round.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ RUNS = ([(dtype, 128, False, S) for dtype in ("fp16", "bf16") for S in SEQS]
         + [(dtype, 128, True, S) for dtype in ("fp16", "bf16") for S in SEQS[1:]])
 SHAPE = dict(B=4, H=16)
 WARMUP = 20
+GRID_HEADS = (64, 128)
+ROUNDS = 4
 WORDS = 9  # per block: g_entry, g_exit, c_entry, c_first, c_loop_min, c_loop_max, c_exit, smid, tiles
 
 # Anchors in the solution's kernel (grader.course.solution_source); stamped_source fails loudly if
@@ -157,6 +163,36 @@ def launch(dtype: str, d: int, causal: bool, S: int, cfg: dict) -> np.ndarray:
     return cupy.asnumpy(stamps).reshape(-1, WORDS)
 
 
+def even_heads(heads: int, blocks_per_head: int, sms: int) -> int:
+    """The fewest heads, at least ``heads``, whose blocks fill every round of ``sms`` SMs."""
+    return next(h for h in range(heads, heads + sms + 1) if h * blocks_per_head % sms == 0)
+
+
+def grids(dtype: str, d: int, S: int) -> list[dict]:
+    """The graded kernel at B = 1 with GRID_HEADS heads and with the even count next to each, beside SDPA flash."""
+    import cupy
+
+    import grader
+    from grader.capstone import build
+    from grader.course import solution_source
+    from grader.exercises import m11_capstone as m11
+
+    cfg = m11.tuned_configs(S)[(dtype, d, False)]
+    ex_id = build(dtype, d, False, cfg)
+    per_head = -(-S // m11.block_rows(cfg))
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    rows = []
+    for heads in GRID_HEADS:
+        for h in (heads, even_heads(heads, per_head, sms)):
+            report = grader.bench(ex_id, solution_source(ex_id), shape=f"B=1,H={h},S={S}", repeats=ROUNDS)
+            flash = next(b for b in report.baselines if b.ran and b.backend == "FLASH_ATTENTION")
+            rows.append(dict(dtype=dtype, d=d, causal=False, S=S, B=1, H=h, blocks=h * per_head, sms=sms, choices=cfg,
+                             ms=round(report.kernel.ms, 5), repeat_ms=[round(r.median, 5) for r in report.kernel.repeats],
+                             flash_ms=round(flash.ms, 5), flash_repeat_ms=[round(r.median, 5) for r in flash.repeats]))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def gpu_main(out: Path):
     import torch
 
@@ -172,9 +208,10 @@ def gpu_main(out: Path):
         runs.append(run)
         print(json.dumps({k: v for k, v in run.items() if k != "blocks"}), flush=True)
         torch.cuda.empty_cache()
+    even = [row for dtype in ("fp16", "bf16") for row in grids(dtype, 128, SEQS[0])]
     device = torch.cuda.get_device_name(0)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "capstone_timeline.json").write_text(json.dumps(dict(device=device, runs=runs)) + "\n")
+    (out / "capstone_timeline.json").write_text(json.dumps(dict(device=device, runs=runs, grids=even)) + "\n")
 
 
 if __name__ == "__main__":

@@ -90,3 +90,21 @@ def test_the_committed_runs_timed_the_kept_builds_and_add_up():
         assert s["blocks"] == r["B"] * r["H"] * -(-r["S"] // rows)
     assert ["blocks" in r for r in runs] == [True] + [False] * (len(runs) - 1)
     assert len(runs[0]["blocks"]["sm"]) == runs[0]["summary"]["blocks"]
+
+
+def test_the_committed_grids_pair_each_ragged_head_count_with_the_next_even_one():
+    grids = COMMITTED["grids"]
+    assert [(g["dtype"], g["H"]) for g in grids[::2]] == [(dt, h) for dt in ("fp16", "bf16") for h in timeline.GRID_HEADS]
+    for ragged, even in zip(grids[::2], grids[1::2]):
+        per_head = ragged["blocks"] // ragged["H"]
+        assert ragged["blocks"] % ragged["sms"] != 0 and even["blocks"] % even["sms"] == 0
+        assert even["H"] == timeline.even_heads(ragged["H"], per_head, ragged["sms"]) == even["blocks"] // per_head
+        for g in (ragged, even):
+            assert g["choices"] == m11.tuned_configs(g["S"])[(g["dtype"], g["d"], False)]
+            assert per_head == -(-g["S"] // m11.block_rows(g["choices"]))
+            assert len(g["repeat_ms"]) == len(g["flash_repeat_ms"]) == timeline.ROUNDS
+
+
+def test_even_heads_is_the_first_count_that_fills_every_round():
+    assert timeline.even_heads(64, 16, 132) == 66 and timeline.even_heads(128, 16, 132) == 132
+    assert timeline.even_heads(64, 16, 128) == 64  # 1024 blocks on 128 SMs already fill 8 rounds
