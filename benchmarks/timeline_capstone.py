@@ -26,13 +26,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profile_capstone import SHAPE as PROFILED, CapstoneLaunch  # noqa: E402
 
 # d = 128, where the capstone falls short of SDPA flash: without a mask at every S, with it at the
 # longer two.
 SEQS = (4096, 16384, 32768)
 RUNS = ([(dtype, 128, False, S) for dtype in ("fp16", "bf16") for S in SEQS]
         + [(dtype, 128, True, S) for dtype in ("fp16", "bf16") for S in SEQS[1:]])
-SHAPE = dict(B=4, H=16)
+SHAPE = dict(B=PROFILED["B"], H=PROFILED["H"])
 WARMUP = 20
 GRID_HEADS = (64, 128)
 ROUNDS = 4
@@ -135,30 +137,12 @@ def blocks_of(stamps: np.ndarray) -> dict:
 def launch(dtype: str, d: int, causal: bool, S: int, cfg: dict) -> np.ndarray:
     """One warm launch of the stamped kernel with these choices at B=4, H=16, S: its stamps."""
     import cupy
-    import torch
 
-    from grader.capstone import build
-    from grader.checks import get_exercise
-    from grader.course import solution_source
-    from grader.exercises import m11_capstone as m11
-    from grader.kernel import RawKernel
-
-    ex = get_exercise(build(dtype, d, causal, cfg))
-    b, h = SHAPE["B"], SHAPE["H"]
-    tdtype = torch.float16 if dtype == "fp16" else torch.bfloat16
-    q, k, v = (torch.randn(b, h, S, d, device="cuda", dtype=tdtype) for _ in range(3))
-    o = torch.empty_like(q)
-    lse = torch.empty(b, h, S, device="cuda", dtype=torch.float32)
-    lengths = torch.full((b,), S, device="cuda", dtype=torch.int32)
-    kernel = RawKernel(stamped_source(solution_source(ex.id)), m11.KERNEL, options=ex.options, backend="gpu")
-    smem = m11.shared_bytes(d, cfg)
-    kernel.max_dynamic_shared_size_bytes = smem
-    p = type("P", (), dict(N=S, H=h, B=b))
-    grid = ex.grid(p)
+    capstone = CapstoneLaunch(dtype, d, causal, S, cfg, stamped_source)
+    grid = capstone.grid
     stamps = cupy.zeros(grid[0] * grid[1] * grid[2] * WORDS, dtype=cupy.uint64)
-    args = (*[cupy.asarray(t) for t in (q, k, v, lengths, o, lse)], np.int32(S), np.float32(d ** -0.5), stamps)
     for _ in range(WARMUP + 1):
-        kernel(grid, ex.block(p), args, shared_mem=smem)
+        capstone.run(stamps)
     cupy.cuda.Device().synchronize()
     return cupy.asnumpy(stamps).reshape(-1, WORDS)
 

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "modules"))
 sys.path.insert(0, str(ROOT))
 import figstyle  # noqa: E402
-from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, ceil_div, despine, markdown_table, saver  # noqa: E402
+from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, blocks_per_sm, ceil_div, despine, markdown_table, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -66,13 +66,6 @@ RUNGS = [("08 tc_flash_fwd", "tc_flash_fwd"), ("09 tc_flash_fwd_pipe", "tc_flash
 TUNED = autotune.SPACES["tc_flash_fwd_swizzle_d64"].params  # the search space the exercise registers
 ROW_CHOICES, STAGE_CHOICES = TUNED["BLOCK_ROWS"], TUNED["STAGES"]
 
-# Per-SM limits of compute capability 9.0 (H100): CUDA C++ Programming Guide, "Technical
-# Specifications per Compute Capability", and the allocation rules of CUDA's occupancy calculator
-# (cuda_occupancy.h: registers given to a warp in units of 256 from one of the SM's four
-# sub-partitions, 1 KB of shared memory reserved per block).
-REGS_PER_SM, REG_UNIT_PER_WARP, SUB_PARTITIONS = 65536, 256, 4
-MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM = 64, 32
-SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 228 * 1024, 1024
 
 
 # --------------------------------------------------------------------------- generated README tables
@@ -231,17 +224,6 @@ def registers(nvrtc, kernel: str, d: int, block_rows: int, stages: int) -> int:
         nvrtc.destroyProgram(prog)
     assert "0 bytes spill stores" in log, f"{kernel} d={d} spills registers:\n{log}"
     return int(re.search(r"Used (\d+) registers", log).group(1))
-
-
-def blocks_per_sm(regs: int, threads: int, smem: int) -> tuple[int, str]:
-    """Resident blocks per SM under the compute-capability 9.0 limits, and the limit that binds."""
-    warps = threads // 32
-    per_warp = ceil_div(regs * 32, REG_UNIT_PER_WARP) * REG_UNIT_PER_WARP
-    warps_by_regs = REGS_PER_SM // SUB_PARTITIONS // per_warp * SUB_PARTITIONS  # each quarter holds whole warps
-    limits = {"registers": warps_by_regs // warps, "shared memory": SMEM_PER_SM // (smem + SMEM_RESERVED_PER_BLOCK),
-              "warps": MAX_WARPS_PER_SM // warps, "blocks": MAX_BLOCKS_PER_SM}
-    binding = min(limits, key=limits.get)
-    return limits[binding], binding
 
 
 def table_resources() -> str | None:

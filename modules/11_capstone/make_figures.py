@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "modules"))
 sys.path.insert(0, str(ROOT))
 import figstyle  # noqa: E402
-from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, add_per_round, ceil_div, despine, markdown_table, saver  # noqa: E402
+from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, add_per_round, blocks_per_sm, ceil_div, despine, markdown_table, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
@@ -988,19 +988,6 @@ def pct(x: float) -> str:
     return f"{x:.1%}"
 
 
-# What one SM holds (H100 and H200, compute capability 9.0): registers, allocated per warp in units of 256,
-# and shared memory, with 1 KB the system keeps per block.
-SM_REGISTERS, SM_SHARED, SHARED_PER_BLOCK = 65536, 228 * 1024, 1024
-
-
-def blocks_per_sm(row: dict | None) -> int | None:
-    """How many blocks of a swept build one SM holds at once, from its registers and shared memory."""
-    if not row or not row.get("regs") or row.get("shared_bytes") is None:
-        return None
-    per_warp = ceil_div(row["regs"] * 32, 256) * 256
-    return min(SM_REGISTERS // (per_warp * row["WARPS"]), SM_SHARED // (row["shared_bytes"] + SHARED_PER_BLOCK))
-
-
 def sweep_row(cap: dict, r: dict) -> dict | None:
     """The sweep's row of the build that ``r`` (a pick) names."""
     keys = ("dtype", "d", "causal", *SPACE)
@@ -1071,7 +1058,8 @@ def table_timeline(tl: dict, cap: dict) -> str:
         raced = [r for r in cap.get("picks", []) if (r["dtype"], r["d"], r["causal"], r["S"]) ==
                  (run["dtype"], run["d"], run["causal"], run["S"])]
         kept = [r for r in raced if all(r.get(k) == v for k, v in run["choices"].items())]
-        two = [r for r in raced if blocks_per_sm(sweep_row(cap, r)) == 2]
+        two = [r for r in raced if (w := sweep_row(cap, r)) and w.get("regs")
+               and blocks_per_sm(w["regs"], 32 * w["WARPS"], w["shared_bytes"])[0] == 2]
         if kept and two:
             two_per_sm.append(min(kept, key=lambda r: r["ms"])["ms"] / min(two, key=lambda r: r["ms"])["ms"])
     if two_per_sm:
