@@ -244,21 +244,28 @@ def _tls_sizes(lib: Path, kernels: list[str]) -> dict:
     return {k: v + common for k, v in own.items()}
 
 
-def _pch(compiler: str, flags: list[str]) -> list[str]:
-    """A precompiled runtime header (g++ only): -include flags that pick it up."""
-    folder = tc.cache_dir() / "pch" / _hash(tc.runtime_version(), *flags)
-    header = folder / "emu_runtime.hpp"
-    if not (folder / "emu_runtime.hpp.gch").exists():
+def _pch(compiler: str, flags: list[str], *, clang: bool = False) -> list[str]:
+    """A precompiled runtime header: the flags that pick it up. Parsing the runtime is most of a small
+    kernel's compile (clang: 0.57 s of 0.67 s for vector_add), and every kernel parses the same one."""
+    folder = tc.cache_dir() / "pch" / _hash(tc.runtime_version(), compiler, *flags)
+    # g++ finds emu_runtime.hpp.gch beside an -include'd copy of the header (and falls back to the
+    # header if it does not fit). clang reads the file -include-pch names, checks that the headers it
+    # was built from are unchanged, and refuses one built with other flags: it is built from the
+    # package's own header, with the kernel's flags.
+    built = folder / ("emu_runtime.hpp.pch" if clang else "emu_runtime.hpp.gch")
+    if not built.exists():
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
-        shutil.copy(tc.EMU_INCLUDE / "emu_runtime.hpp", tmp / "emu_runtime.hpp")
-        done = subprocess.run([compiler, *flags, "-x", "c++-header", str(tmp / "emu_runtime.hpp"),
-                               "-o", str(tmp / "emu_runtime.hpp.gch")], capture_output=True, text=True)
+        header = tc.EMU_INCLUDE / "emu_runtime.hpp"
+        if not clang:
+            header = Path(shutil.copy(header, tmp / "emu_runtime.hpp"))
+        done = subprocess.run([compiler, *flags, "-x", "c++-header", str(header), "-o", str(tmp / built.name)],
+                              capture_output=True, text=True)
         if done.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             return ["-include", "emu_runtime.hpp"]
         tc.publish_dir(tmp, folder)
-    return ["-include", str(header)]
+    return ["-include-pch", str(built)] if clang else ["-include", str(folder / "emu_runtime.hpp")]
 
 
 class CompilerFault(CompileError):
@@ -308,8 +315,9 @@ def build(source: str, options=(), *, flavor: str = "gcc") -> Library:
             [compiler, "-shared", "tu.o", "-o", "lib.so"],
         ]
     else:
+        flags = [*tc.CLANG_FLAGS, f"-I{tc.EMU_INCLUDE}", f"-I{tc.COURSE_INCLUDE}"]
         steps = [
-            [compiler, *tc.CLANG_FLAGS, *base, "-include", "emu_runtime.hpp", "-c", "tu.cpp", "-o", "tu.o"],
+            [compiler, *tc.CLANG_FLAGS, *base, *_pch(compiler, flags, clang=True), "-c", "tu.cpp", "-o", "tu.o"],
             # Plain link: the coverage flags at link time would ask for a sanitizer runtime.
             [compiler, "-shared", "tu.o", "-o", "lib.so"],
         ]
