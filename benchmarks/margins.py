@@ -1,4 +1,4 @@
-"""tests/checks/test_margins.py over many seeds, spread across processes by seed rather than by
+"""tests/checks/test_correct_kernels.py over many seeds, spread across processes by seed rather than by
 kernel, so a few slow kernels (the tensor-core builds on the emulator) still finish in one run:
 process i runs SEEDS consecutive seeds of the run's one seed sequence, and the worst ratio of each
 (kernel, output) over all of them is the run's record.
@@ -31,7 +31,7 @@ def run(seeds: int, procs: int, keyword: str, base: int, backend: str, out: Path
             env = os.environ | dict(GRADER_MARGIN_SEEDS=str(per), GRADER_MARGIN_BASE=str((base + STEP * per * i) % 2**31),
                                     GRADER_MARGIN_OUT=str(part), GRADER_MARGIN_BACKEND=backend,
                                     GRADER_BACKEND=backend)
-            cmd = [sys.executable, "-m", "pytest", "tests/checks/test_margins.py", "-q", "-p", "no:cacheprovider",
+            cmd = [sys.executable, "-m", "pytest", "tests/checks/test_correct_kernels.py", "-q", "-p", "no:cacheprovider",
                    "-o", "addopts=", "-W", "ignore", "-k", keyword]
             log = open(Path(tmp) / f"{i}.log", "w")
             parts.append((part, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)))

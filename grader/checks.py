@@ -24,7 +24,7 @@ matmul ``sum_k |a_ik b_kj|``; for attention outputs ``(1 + R_i) * sum_j P_ij |V_
 ulps of R_i, which exp turns into a relative error of P); for L = m + log l, ``|L_i| + R_i``; the
 backward outputs likewise from |P|, |dS| and the inputs. Without a declared size it is ``|want|``.
 So a correct float32 kernel stays well inside the tolerance however large the logits (checked by
-``tests/checks/test_margins.py``: no solution comes within a factor 3 of it), while a wrong one
+``tests/checks/test_correct_kernels.py``: no solution comes within a factor 3 of it), while a wrong one
 is not hidden behind a loose absolute bound.
 
 Inputs must come back unchanged: every input array is compared bit for bit with its original
@@ -105,6 +105,8 @@ class CaseResult:
     named: list = field(default_factory=list)
     unfit: set = field(default_factory=set)
     generic: str | None = None
+    # A case that passed: how close each output came to the edge of the tolerance (error_ratio).
+    margins: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -496,19 +498,20 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
         return CaseResult(c, False, f"case {shown}: {wrote}")
     mags = _magnitudes(ex, p, inputs)
     got, never = _values(ex, p, got)
+    margins = {}
     for name in ex.outputs:
         want = np.asarray(expected[name], dtype=np.float64)
-        dtype = _dtype_name(ex, name, p)
+        tol = _tolerance(ex, name, _dtype_name(ex, name, p), be)
         unwritten = never[name]
-        diff = compare(name, got[name], want, _tolerance(ex, name, dtype, be), unwritten, be, mags.get(name),
-                       nan_causes=ex.nan_causes)
+        diff = compare(name, got[name], want, tol, unwritten, be, mags.get(name), nan_causes=ex.nan_causes)
         if diff:  # the first wrong output explains the rest
             named, unfit = _mistake_fits(ex, p, inputs, got, expected, be, mags)
             generic = None if named else _generic_diagnosis(name, got[name], want, unwritten, c.params)
             head = f"case {shown}: {diff}"
             return CaseResult(c, False, _compose(head, named, generic), head=head, named=named, unfit=unfit,
                               generic=generic)
-    return CaseResult(c, True, shown + (_race_note() if race_check else ""))
+        margins[name] = error_ratio(got[name], want, tol, mags.get(name))
+    return CaseResult(c, True, shown + (_race_note() if race_check else ""), margins=margins)
 
 
 def _race_note() -> str:
@@ -548,21 +551,6 @@ def _fit_every_case(results: list) -> None:
             r.message = _compose(r.head, r.named, r.generic,
                                  f"\n  (On case '{odd.case.name}', which fails too, the numbers do not fit this "
                                  "mistake: there may be another one, or a different one.)")
-
-
-def case_margins(ex: Exercise, compiled, c: Case, seed: int, be: str) -> dict:
-    """``{output: error ratio}`` of one launch (see :func:`error_ratio`): how close a kernel's
-    outputs sit to the edge of the tolerance (1.0 = at the edge). For tests of correct kernels."""
-    p, inputs, expected, got, after = _launch(ex, compiled, c, seed)
-    if changed_inputs(inputs, after):
-        return {name: float("inf") for name in ex.outputs}
-    mags = _magnitudes(ex, p, inputs)
-    got, _ = _values(ex, p, got)
-    out = {}
-    for name in ex.outputs:
-        dtype = _dtype_name(ex, name, p)
-        out[name] = error_ratio(got[name], expected[name], _tolerance(ex, name, dtype, be), mags.get(name))
-    return out
 
 
 def _named_mistake(ex, p, inputs, got, expected, be, mags=None) -> str | None:
