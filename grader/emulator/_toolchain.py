@@ -44,9 +44,12 @@ GXX_FLAGS = (
 #   makes it (the memory profiler groups them by warp).
 # -fno-builtin: otherwise clang turns copy and fill loops into memcpy/memset calls, whose
 #   accesses are not traced (FA1's O and Q copies went uncounted).
+# func,trace-pc-guard: load and store tracing needs a coverage mode, whose guard callbacks are
+#   no-ops here; "func" puts one per function instead of one per edge (capstone_fwd_d64: 7 calls
+#   instead of 702, the same 6100 traced accesses, 14 % less compile time).
 CLANG_FLAGS = (
     "-std=c++20", "-O2", "-fno-builtin", "-g1", "-gdwarf-4", "-fPIC", "-fno-semantic-interposition", "-fno-finite-loops", "-fno-strict-aliasing",
-    "-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-fsanitize=alignment",
+    "-fsanitize-coverage=func,trace-pc-guard,trace-loads,trace-stores", "-fsanitize=alignment",
     "-fno-vectorize", "-fno-slp-vectorize", "-mllvm", "-enable-tail-merge=false", "-fno-color-diagnostics",
     "-Wno-unknown-pragmas", "-Wno-unknown-attributes", "-w",
     "-DEMU_COUNT_IO=1",
