@@ -29,7 +29,7 @@ cat "$work/device.txt"
 
 if want tests; then
   echo "== 1. runtime tests on the GPU backend"
-  python3 -m pytest -q -p no:cacheprovider tests/runtime tests/test_reference.py 2>&1 | tee "$work/pytest_gpu.txt" | tail -5
+  python3 -m pytest -q -p no:cacheprovider tests/runtime tests/checks/test_reference.py 2>&1 | tee "$work/pytest_gpu.txt" | tail -5
   pack
 fi
 

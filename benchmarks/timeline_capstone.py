@@ -41,7 +41,7 @@ ROUNDS = 4
 WORDS = 9  # per block: g_entry, g_exit, c_entry, c_first, c_loop_min, c_loop_max, c_exit, smid, tiles
 
 # Anchors in the solution's kernel (grader.course.solution_source); stamped_source fails loudly if
-# one has moved, and tests/test_capstone_timeline.py checks that they are all there.
+# one has moved, and tests/modules/m11/test_capstone_timeline.py checks that they are all there.
 SIGNATURE = "float* L, int N,\n             float scale) {"
 SHARED = "    extern __shared__ __align__(16) unsigned char smem[];\n"
 FIRST_TILE = "        __syncthreads();  // tile j is visible to every warp, and every warp has left tile j - 1\n"

@@ -1,9 +1,17 @@
-"""Shared fixtures. Kernel tests run on every backend this machine has: always the CPU
-emulator, and the GPU too where CuPy sees one (the device tool's H100)."""
+"""Shared fixtures. The tree: a folder per layer (emulator/, runtime/, checks/, autograde/, course/,
+browser/) and one per course module for what belongs to that module alone (modules/mNN/). Kernel
+tests run on every backend this machine has: always the CPU emulator, and the GPU too where CuPy
+sees one (the device tool's H200)."""
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import grader
+
+# Shared test helpers (repo_scripts, nbgrader_cells) live here, above the per-module folders.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BACKENDS = ["cpu"] + (["gpu"] if grader.gpu_status()[0] else [])
 

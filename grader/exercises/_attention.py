@@ -34,7 +34,7 @@ def extreme_scores(p, q, k):
     0 instead of -inf fails); ``falling=X``: the first 16 keys (in the first key tile) score X
     above the rest, so later tiles' maxima lie far *below* the running max; ``late_peak=X``:
     the last key scores X above the rest, so the max arrives in the last tile. Every exercise's
-    input maker that offers these parameters calls this (tests/test_case_params.py checks it)."""
+    input maker that offers these parameters calls this (tests/checks/test_case_params.py checks it)."""
     offset = np.zeros(k.shape[-2])
     offset -= getattr(p, "negative", 0.0)
     offset[:FIRST_KEYS] += getattr(p, "falling", 0.0)

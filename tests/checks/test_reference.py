@@ -21,7 +21,7 @@ from grader import reference as ref
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: fixtures/ and make_torch_fixtures.py
 FIXTURE = HERE / "fixtures" / "torch_attention.npz"
 
 

@@ -22,7 +22,7 @@ from grader import reference as ref  # noqa: E402
 from grader.checks import run_check  # noqa: E402
 from repo_scripts import load_script  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from rattler import MatchSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # conda-forge packages with no PyPI counterpart in pyproject (toolchain, not Python deps)
 CONDA_ONLY = {"python", "pip", "cxx-compiler", "libboost-devel"}
 # pyproject extras conda users do not get from environment.yml (GPU / NVRTC wheels, module 12's

@@ -13,7 +13,7 @@ import pytest
 from grader.exercises import m10_decoding as m10
 from repo_scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # (B, H, S_q, N, d) -> (the rule's count, the fastest count of the partial runs' sweeps at it, None: not reached).
 # choose_fwd_splits' docstring quotes these.

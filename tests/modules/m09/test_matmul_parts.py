@@ -1,5 +1,5 @@
 """benchmarks/matmul_parts.py off the GPU: its variants are edits of module 09's solution, so they must still
-apply to it (the reading's table of its results: tests/test_readings_current.py)."""
+apply to it (the reading's table of its results: tests/course/test_readings_current.py)."""
 import pytest
 
 from repo_scripts import load_script
