@@ -159,7 +159,7 @@ def job_env(rt: Runtime, cache: Path, home: Path, tmp: Path, limits: Limits, thr
 
 @dataclass
 class Outcome:
-    status: str  # "done" | "error" | "timeout" | "died"
+    status: str  # "done" | "error" | "timeout" | "died" | "lost" (never ran to an end: not a score)
     result: dict | None
     output: str  # the first bytes of stdout+stderr
     output_dropped: int
@@ -191,6 +191,49 @@ def _kill_marked(marker: str) -> None:
                 os.kill(int(d.name), signal.SIGKILL)
         except (OSError, ValueError):
             pass
+
+
+_RUNNING: set = set()  # the sandboxes started and not yet reaped, so an interrupted run can kill them
+_RUNNING_LOCK = threading.Lock()
+_STOPPED = threading.Event()  # set by kill_running(): no new sandbox starts in this process
+
+
+class Stopped(RuntimeError):
+    """The run was interrupted: this job's sandbox was not started (or was killed)."""
+
+
+def kill_running() -> int:
+    """Kill every sandbox this process started and still runs, and start no new one; returns
+    how many were killed. Used on Ctrl-C / SIGTERM (their checks are then not graded)."""
+    _STOPPED.set()
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(procs)
+
+
+def allow_new_sandboxes() -> None:
+    """Undo kill_running() for a later run in the same process."""
+    _STOPPED.clear()
+
+
+def spawn(argv: list, **popen) -> subprocess.Popen:
+    """Start a sandbox's process in its own session, registered for kill_running()."""
+    with _RUNNING_LOCK:
+        if _STOPPED.is_set():
+            raise Stopped("the run was interrupted")
+        proc = subprocess.Popen(argv, start_new_session=True, **popen)
+        _RUNNING.add(proc)
+    return proc
+
+
+def reap(proc: subprocess.Popen) -> None:
+    with _RUNNING_LOCK:
+        _RUNNING.discard(proc)
 
 
 def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = False) -> Outcome:
@@ -229,9 +272,8 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             argv = [sys.executable, "-I", "-S", "-c", BOOT.format(pkg=str(rt.pkg_parent), site=rt.site_packages())]
         job = dict(job, result_fd=w, limits=limits.rlimits())
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                pass_fds=(w,), start_new_session=True, env=popen_env,
-                                cwd=str(private))
+        proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     pass_fds=(w,), env=popen_env, cwd=str(private))
         os.close(w)
         w = -1
         box_out, box_res = {}, {}
@@ -259,6 +301,9 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
         if not rt.use_bwrap:
             _kill_marked(marker)
         proc.wait()
+        reap(proc)
+        if _STOPPED.is_set():
+            raise Stopped("the run was interrupted")
         t_res.join(10)
         t_out.join(10)
         seconds = time.monotonic() - t0

@@ -1,0 +1,263 @@
+"""The clean regrade under faults, fast: a tiny class of module 00 graded by the real engine and
+sandbox code, with a stand-in worker (a few lines of Python in place of the pristine grader's
+``_worker``: it passes a kernel whose source holds the reference's arithmetic), so no emulator
+runs. What is tested is what the run does around its checks: what it scores, writes and keeps
+when a check does not run, when it is interrupted or killed, and when two runs meet.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nbgrader")
+
+import grader.autograde as ag  # noqa: E402
+from grader.autograde import engine, sandbox  # noqa: E402
+from grader.autograde.cli import NOT_GRADED_EXIT  # noqa: E402
+from grader.autograde.cli import main as cli_main  # noqa: E402
+from grader.autograde.sandbox import Limits, Runtime  # noqa: E402
+from grader.classroom import answer_cells, fill_answers, read_nb, write_nb  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE, NB = "00_launching_kernels", "launching_kernels"
+LIMITS = Limits(wall_s=30)
+
+# The stand-in worker: reads the job as the real one does, passes the reference's arithmetic;
+# mode "sleep" makes every check hang (to be interrupted).
+WORKER = '''
+import json, os, sys, time
+from pathlib import Path
+def main():
+    job = json.loads(sys.stdin.buffer.read().decode())
+    mode = (Path(__file__).parents[2] / "mode").read_text().strip()
+    if mode == "sleep":
+        time.sleep(60)
+    ok = mode == "grade" and ("a[i] + b[i]" in job["source"] or "s[r] * x" in job["source"])
+    case = {"name": "c", "hidden": False, "params": {}, "passed": ok, "fault": False, "message": "" if ok else "wrong"}
+    result = {"status": "done", "backend": "cpu", "cases": [case], "visible_passed": ok, "all_passed": ok,
+              "summary": "", "first_failure": None if ok else "wrong", "first_visible_failure": None if ok else "wrong"}
+    with os.fdopen(int(job["result_fd"]), "wb") as f:
+        f.write(json.dumps(result).encode())
+    os._exit(0)
+'''
+
+
+def _stand_in(tmp: Path) -> Runtime:
+    pkg = tmp / "pkg"
+    (pkg / "grader" / "autograde").mkdir(parents=True)
+    (pkg / "grader" / "__init__.py").write_text("")
+    (pkg / "grader" / "autograde" / "__init__.py").write_text("")
+    (pkg / "grader" / "autograde" / "_worker.py").write_text(WORKER)
+    (tmp / "cache").mkdir()
+    (tmp / "scratch").mkdir()
+    return Runtime(pkg, tmp / "cache", tmp / "scratch", use_bwrap=False)
+
+
+def _mode(rt: Runtime, mode: str) -> None:
+    (rt.pkg_parent / "mode").write_text(mode)
+
+
+@pytest.fixture(scope="module")
+def empty_gradebook(tmp_path_factory):
+    """nbgrader makes a gradebook by running alembic (seconds): made once, copied per test."""
+    from nbgrader.api import Gradebook
+
+    path = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    with Gradebook("sqlite:///" + str(path)):
+        pass
+    return path
+
+
+@pytest.fixture
+def course(tmp_path, monkeypatch, empty_gradebook):
+    """Three students (full marks, half, blank) and a stand-in runtime in place of the real one."""
+    c = tmp_path / "course"
+    (c / "grading").mkdir(parents=True)
+    shutil.copy(empty_gradebook, c / "grading" / "gradebook.db")
+    for d in (f"exercises/{MODULE}", f"notebooks/{MODULE}"):
+        shutil.copytree(ROOT / d, c / d)
+    released = read_nb(c / "exercises" / MODULE / f"{NB}.ipynb")
+    solution = answer_cells(read_nb(ROOT / "solutions" / MODULE / f"{NB}.ipynb"))
+    half = {k: v for k, v in solution.items() if k == "vector_add_kernel"}
+    for student, answers in (("ada", solution), ("half", half), ("blank", {})):
+        write_nb(fill_answers(released, answers), c / "grading" / "submitted" / student / MODULE / f"{NB}.ipynb")
+    rt = _stand_in(tmp_path / "runtime")
+    _mode(rt, "grade")
+    monkeypatch.setattr(ag, "ensure_runtime", lambda *a, **k: rt)
+    monkeypatch.setattr(ag, "remove_runtime", lambda rt: None)
+    monkeypatch.setattr(ag, "bundle_from_dir", lambda path: b"stand-in grader")
+    monkeypatch.setattr(ag, "_git_dirty", lambda root: [])
+    yield c, rt
+    sandbox.allow_new_sandboxes()
+
+
+def _grade(c: Path, **kw):
+    return ag.autograde(MODULE, root=c, workers=2, seed=5, quiet=True, limits=LIMITS, **kw)
+
+
+def _gradebook(c: Path) -> dict:
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook("sqlite:///" + str(c / "grading" / "gradebook.db")) as gb:
+        for student in ("ada", "half", "blank"):
+            try:
+                sub = gb.find_submission_notebook(NB, MODULE, student)
+            except Exception:  # noqa: BLE001  (not in the gradebook yet)
+                continue
+            out[student] = {g.name: g.auto_score for g in sub.grades}
+    return out
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_check_that_did_not_run_keeps_the_old_score_and_a_resume_runs_only_it(course, monkeypatch):
+    c, rt = course
+    first = _grade(c)
+    assert {r.student: r.score for r in first["rows"]} == {"ada": 6, "blank": 0, "half": 3}
+    before = _gradebook(c)
+
+    # Every row_scale check is lost (a Dask worker or the scheduler gone, a sandbox that did not
+    # start), and ada's vector_add now fails, so the run has something new to write as well.
+    real = engine.run_job
+    ran = []
+
+    def flaky(rt_, payload, limits):
+        ran.append(payload["exercise"])
+        if payload["exercise"] == "row_scale":
+            raise OSError("scheduler connection closed")
+        return real(rt_, payload, limits)
+
+    monkeypatch.setattr(engine, "run_job", flaky)
+    _mode(rt, "fail")
+    second = _grade(c)
+    after = _gradebook(c)
+    assert second["not_graded"] == 6  # two row_scale cells (visible, hidden) per student
+    for student, cells in after.items():
+        for gid, score in cells.items():
+            if "row_scale" in gid:
+                assert score == before[student][gid], (student, gid)  # the old score, not a zero
+            else:
+                assert score == 0  # graded: it landed
+    text = (c / "grading" / "clean" / MODULE / "report.txt").read_text()
+    assert "NOT GRADED: 6 cell(s) of 3 notebook(s)" in text and "--resume" in text
+    assert "OSError: scheduler connection closed" in text
+    assert "worker died" not in text
+
+    monkeypatch.setattr(engine, "run_job", flaky)
+    ran.clear()
+    with pytest.raises(SystemExit) as exit_:
+        sys.exit(cli_main([MODULE, "--workers", "2", "--quiet", "--seed", "5", "--submissions", str(c / "grading/submitted"),
+                           "--db", str(c / "grading" / "gradebook.db"), "--time-limit", "30"]))
+    assert exit_.value.code == NOT_GRADED_EXIT
+
+    monkeypatch.setattr(engine, "run_job", lambda *a: (ran.append(a[1]["exercise"]), real(*a))[1])
+    ran.clear()
+    third = _grade(c, resume=True)
+    assert ran == ["row_scale"] * 3  # only what was missing: one check per student
+    assert third["not_graded"] == 0
+    assert {r.student: r.score for r in third["rows"]} == {"ada": 0, "blank": 0, "half": 0}
+
+
+def test_ctrl_c_kills_the_sandboxes_at_once_and_writes_nothing(course):
+    c, rt = course
+    _grade(c)
+    files = {p: _digest(p) for p in (c / "grading").rglob("*") if p.is_file() and "lock" not in p.name}
+    _mode(rt, "sleep")
+    seen = []
+
+    def interrupt():
+        deadline = time.monotonic() + 20
+        while not sandbox._RUNNING and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.extend(p.pid for p in list(sandbox._RUNNING))
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        _grade(c)
+    took = time.monotonic() - t0
+    assert seen and took < 10, f"{took:.1f} s to stop"
+    for pid in seen:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    now = {p: _digest(p) for p in (c / "grading").rglob("*") if p.is_file() and "lock" not in p.name}
+    assert now == files, "an interrupted run wrote"
+
+
+KILL_MID_WRITE = '''
+import os, signal, sys
+sys.path[:0] = [{tests!r}]
+import test_faults as t
+import grader.autograde as ag
+from nbgrader.api import Gradebook
+rt = t._stand_in(__import__("pathlib").Path({tmp!r}))
+t._mode(rt, "fail")
+ag.ensure_runtime = lambda *a, **k: rt
+ag.remove_runtime = lambda rt: None
+ag.bundle_from_dir = lambda path: b"stand-in grader"
+ag._git_dirty = lambda root: []
+real, calls = Gradebook.find_grade, []
+def find_grade(self, *a):
+    calls.append(a)
+    if len(calls) == 5:  # a student and a half written
+        self.db.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, *a)
+Gradebook.find_grade = find_grade
+ag.autograde({module!r}, root={course!r}, workers=2, seed=5, quiet=True, limits=t.LIMITS)
+'''
+
+
+def test_a_run_killed_while_it_writes_leaves_the_previous_grades_whole(course, tmp_path):
+    c, rt = course
+    _grade(c)
+    before = _gradebook(c)
+    report = _digest(c / "grading" / "clean" / MODULE / "report.txt")
+    script = KILL_MID_WRITE.format(tests=str(Path(__file__).parent), tmp=str(tmp_path / "rt2"), module=MODULE,
+                                   course=str(c))
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert _gradebook(c) == before
+    assert _digest(c / "grading" / "clean" / MODULE / "report.txt") == report
+
+
+def test_a_second_run_on_the_same_gradebook_refuses_at_once(course):
+    c, rt = course
+    lock = c / "grading" / "gradebook.db.autograde-lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        f.write("pid 4242, started earlier\n")
+        f.flush()
+        t0 = time.monotonic()
+        with pytest.raises(SystemExit, match="another clean autograde is writing this gradebook.*pid 4242"):
+            _grade(c)
+        assert time.monotonic() - t0 < 5
+    assert not (c / "grading" / "clean").exists()
+    assert _grade(c)["not_graded"] == 0  # the lock released, a run goes ahead
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_workers_below_one_are_refused(workers, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([MODULE, "--workers", workers])
+    assert exit_.value.code == 2
+    assert "must be 1 or more" in capsys.readouterr().err
+
+
