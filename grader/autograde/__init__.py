@@ -101,7 +101,8 @@ class Row:
         return sum(c.before for c in self.cells)
 
 
-def _read_submissions(root: Path, submitted: Path, module: str, layouts, students=None) -> list[Submission]:
+def _read_submissions(root: Path, submitted: Path, module: str, layouts, students=None,
+                      notes: list | None = None) -> list[Submission]:
     subs = []
     if not submitted.is_dir():
         return subs
@@ -110,9 +111,15 @@ def _read_submissions(root: Path, submitted: Path, module: str, layouts, student
             continue
         mdir = sdir / module
         if not mdir.is_dir():
+            if notes is not None:
+                notes.append(f"{sdir.name}: no {module}/ folder in {submitted.name}/{sdir.name}/ (nothing graded)")
             continue
         for lay in layouts:
             path = mdir / f"{lay.name}.ipynb"
+            left = _leaves(path, submitted / sdir.name)
+            if left:
+                subs.append(Submission(sdir.name, lay.name, None, None, None, left))
+                continue
             if not path.is_file():
                 subs.append(Submission(sdir.name, lay.name, None, None, None, "notebook not handed in"))
                 continue
@@ -121,11 +128,24 @@ def _read_submissions(root: Path, submitted: Path, module: str, layouts, student
                 nb = json.loads(data.decode())
                 if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
                     raise ValueError("no cells")
+                submitted_answers(nb, lay)
+                suspicious(nb, lay)
                 problem = None
-            except (ValueError, UnicodeDecodeError) as err:
-                nb, problem = None, f"notebook unreadable ({err})"
+            except (ValueError, UnicodeDecodeError, RecursionError, TypeError, AttributeError) as err:
+                nb, problem = None, f"notebook unreadable ({type(err).__name__}: {str(err)[:200]})"
             subs.append(Submission(sdir.name, lay.name, path, hashlib.sha256(data).hexdigest(), nb, problem))
     return subs
+
+
+def _leaves(path: Path, student_dir: Path) -> str | None:
+    """Why a submitted notebook is refused as a link out of its student's folder, or None. A link
+    to notebooks/ or solutions/ would grade the instructor's files as the student's work."""
+    for p in (student_dir, path.parent, path):
+        if p.is_symlink():
+            return f"refused: {p.name} is a symbolic link (to {os.readlink(p)}), not a handed-in file"
+    if path.exists() and not path.resolve().is_relative_to(student_dir.resolve()):
+        return f"refused: {path.name} resolves outside the student's folder ({path.resolve()})"
+    return None
 
 
 def _db_url(root: Path, db: str | None) -> str:
@@ -287,14 +307,12 @@ def _run(modules, module, root, submitted, out_dirs, url, workers, scheduler, se
     plans = [_plan(root, m, submitted, students, seed, backend, draw_shapes) for m in modules]
 
     # ------------------------------------------------------------------ the pristine grader
+    _no_leftover_processes(root)
     if grader_ref:
         data = bundle_from_git(root, grader_ref)
     else:
+        _verify_grader(root)
         data = bundle_from_dir(root / "grader")
-        dirty = _git_dirty(root)
-        if dirty:
-            shared_notes.append("grader/ differs from the git commit (graded with the working tree's copy; "
-                                "--grader-ref HEAD grades with the commit): " + ", ".join(dirty[:12]))
     digest = bundle_hash(data)
     bundle = Bundle(data, digest, secrets.token_hex(16))
     n_workers = workers or os.cpu_count() or 1
@@ -443,9 +461,9 @@ def _plan(root: Path, module: str, submitted: Path, students, seed: int, backend
     layouts = load_layout(root, module)
     if not layouts:
         raise SystemExit(f"no released notebook in {root / 'exercises' / module}")
-    subs = _read_submissions(root, submitted, module, layouts, students)
-    by_name = {lay.name: lay for lay in layouts}
     notes = [f"{lay.name}: {p}" for lay in layouts for p in lay.problems]
+    subs = _read_submissions(root, submitted, module, layouts, students, notes)
+    by_name = {lay.name: lay for lay in layouts}
     jobs, answers_of = [], {}
     for s in subs:
         if s.nb is None:
@@ -651,13 +669,63 @@ def _in_notebook_errors(nb: dict, lay) -> list[str]:
     return out
 
 
-def _git_dirty(root: Path) -> list[str]:
+def _verify_grader(root: Path) -> None:
+    """Refuse to grade with a grader/ that differs from the course's git commit or from the grader
+    running this command: code run with the instructor's permissions (a stock ``nbgrader
+    autograde``) may have changed it, ``grader/autograde`` included."""
+    problems = []
     try:
-        out = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "grader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all", "--",
+                              "grader"], capture_output=True, text=True, timeout=60)
+        in_git = out.returncode == 0 and subprocess.run(
+            ["git", "-C", str(root), "ls-files", "--error-unmatch", "grader"], capture_output=True).returncode == 0
     except (OSError, subprocess.SubprocessError):
-        return []
-    return [ln[3:] for ln in out.stdout.splitlines() if ln.strip() and not ln[3:].startswith("grader/autograde")]
+        in_git = False
+    if in_git:
+        problems += [f"{ln[3:]} (git: {ln[:2].strip()})" for ln in out.stdout.splitlines() if ln.strip()]
+    running = Path(__file__).resolve().parents[1]
+    course = (root / "grader").resolve()
+    if running != course:
+        mine, theirs = _manifest(running), _manifest(course)
+        problems += [f"grader/{p} (differs from {running}/{p})" for p in sorted(set(mine) | set(theirs))
+                     if mine.get(p) != theirs.get(p)]
+    if problems:
+        raise SystemExit(
+            "grader/ is not the grader it should be: " + ", ".join(problems[:12])
+            + (f" and {len(problems) - 12} more" if len(problems) > 12 else "")
+            + ". Code run with your permissions (stock nbgrader autograde runs the students' notebooks so) may have "
+              "changed it. Restore it (git checkout -- grader; git clean -fd grader) or, if you made the changes "
+              "yourself, commit them; --grader-ref COMMIT grades with a commit's grader/.")
+
+
+def _manifest(pkg: Path) -> dict:
+    """{relative path: sha256} of a grader/ folder's files, caches left out."""
+    return {p.relative_to(pkg).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(pkg.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+            and ".ipynb_checkpoints" not in p.parts and p.suffix != ".pyc"}
+
+
+def _no_leftover_processes(root: Path) -> None:
+    """Refuse to start while processes of this user run from the course's grading/ folder: what a
+    stock ``nbgrader autograde`` left behind (its notebooks run there) could change submissions,
+    the gradebook or this run's files while it grades."""
+    grading, me, found = (root / "grading").resolve(), os.getpid(), []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        try:
+            if d.stat().st_uid != os.getuid():
+                continue
+            cwd = Path(os.readlink(d / "cwd"))
+            if cwd == grading or grading in cwd.parents:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                found.append(f"pid {d.name} in {cwd}: {cmd[:120]}")
+        except OSError:
+            continue
+    if found:
+        raise SystemExit("processes are running from grading/ (left by a stock nbgrader autograde, or a notebook "
+                         "open there): " + "; ".join(found[:10]) + ". Stop them (kill PID) and run again: they could "
+                         "change submissions or the gradebook while the clean run grades.")
 
 
 def _report(module, rows, subs, notes, seed, info, seconds, n_jobs, workers, scheduler, pool_jobs=None) -> dict:

@@ -97,7 +97,7 @@ def course(tmp_path, monkeypatch, empty_gradebook):
     monkeypatch.setattr(ag, "ensure_runtime", lambda *a, **k: rt)
     monkeypatch.setattr(ag, "remove_runtime", lambda rt: None)
     monkeypatch.setattr(ag, "bundle_from_dir", lambda path: b"stand-in grader")
-    monkeypatch.setattr(ag, "_git_dirty", lambda root: [])
+    monkeypatch.setattr(ag, "_verify_grader", lambda root: None)
     yield c, rt
     sandbox.allow_new_sandboxes()
 
@@ -209,7 +209,7 @@ t._mode(rt, "fail")
 ag.ensure_runtime = lambda *a, **k: rt
 ag.remove_runtime = lambda rt: None
 ag.bundle_from_dir = lambda path: b"stand-in grader"
-ag._git_dirty = lambda root: []
+ag._verify_grader = lambda root: None
 real, calls = Gradebook.find_grade, []
 def find_grade(self, *a):
     calls.append(a)
@@ -261,3 +261,80 @@ def test_workers_below_one_are_refused(workers, capsys):
     assert "must be 1 or more" in capsys.readouterr().err
 
 
+
+
+def test_links_out_of_a_submission_and_broken_notebooks_cost_that_notebook_only(course):
+    c, rt = course
+    sub = c / "grading" / "submitted"
+    (sub / "mallory").mkdir()
+    (sub / "mallory" / MODULE).symlink_to(c / "notebooks" / MODULE)  # the instructor's solutions
+    (sub / "eve" / MODULE).mkdir(parents=True)
+    (sub / "eve" / MODULE / f"{NB}.ipynb").symlink_to(ROOT / "solutions" / MODULE / f"{NB}.ipynb")
+    listed = read_nb(sub / "ada" / MODULE / f"{NB}.ipynb")
+    for cell in listed["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "vector_add_kernel":
+            cell["metadata"]["nbgrader"]["grade_id"] = ["vector_add_kernel"]
+    write_nb(listed, sub / "lister" / MODULE / f"{NB}.ipynb")
+    (sub / "deep" / MODULE).mkdir(parents=True)
+    (sub / "deep" / MODULE / f"{NB}.ipynb").write_text("[" * 100_000 + "]" * 100_000)
+    (sub / "nomodule").mkdir()
+    out = _grade(c)
+    rows = {r.student: r for r in out["rows"]}
+    assert rows["ada"].score == 6 and rows["half"].score == 3
+    assert rows["mallory"].score == 0 and "symbolic link" in rows["mallory"].reasons[0]
+    assert rows["eve"].score == 0 and "symbolic link" in rows["eve"].reasons[0]
+    assert rows["lister"].score == 3  # its vector_add cell has no usable grade_id: unanswered
+    assert rows["deep"].score == 0 and "RecursionError" in rows["deep"].reasons[0]
+    assert f"nomodule: no {MODULE}/ folder" in out["text"]
+
+
+def test_a_runtime_folder_is_new_and_private_to_each_run(course, monkeypatch, tmp_path):
+    c, rt = course
+    bases = []
+    monkeypatch.setattr(ag, "ensure_runtime", lambda bundle, limits, base: bases.append(base) or rt)
+    _grade(c)
+    _grade(c)
+    assert len(set(bases)) == 2 and all(b.name.startswith("fa-autograde-") for b in bases)
+    assert all(not b.exists() or (b.stat().st_mode & 0o777) == 0o700 for b in bases)
+    prepared = tmp_path / "prepared"
+    prepared.mkdir(mode=0o755)
+    prepared.chmod(0o755)
+    with pytest.raises(RuntimeError, match="not this user's private folder"):
+        ag.runtime.ensure_runtime(ag.Bundle(b"", "d", "r"), LIMITS, prepared)
+
+
+def test_a_grader_changed_by_student_code_is_refused(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "grader", course / "grader", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    ag._verify_grader(course)  # a faithful copy
+    with open(course / "grader" / "autograde" / "__init__.py", "a") as f:
+        f.write("\n_score = lambda plan, by_key: []\n")
+    (course / "grader" / "planted.py").write_text("")
+    with pytest.raises(SystemExit, match=r"grader/autograde/__init__.py .*grader/planted.py"):
+        ag._verify_grader(course)
+
+
+def test_a_process_left_in_grading_stops_the_run_before_it_starts(course):
+    c, rt = course
+    where = c / "grading" / "autograded" / "ada" / MODULE
+    where.mkdir(parents=True)
+    daemon = subprocess.Popen(["sleep", "60"], cwd=where)
+    try:
+        with pytest.raises(SystemExit, match=f"pid {daemon.pid} in {where}"):
+            _grade(c)
+    finally:
+        daemon.kill()
+        daemon.wait()
+    assert not (c / "grading" / "clean").exists()
+
+
+def test_extra_credit_on_a_clean_graded_cell_is_reported(course):
+    from nbgrader.api import Gradebook
+
+    c, rt = course
+    _grade(c)
+    with Gradebook("sqlite:///" + str(c / "grading" / "gradebook.db")) as gb:
+        gb.find_grade("vector_add_hidden", NB, MODULE, "blank").extra_credit = 6
+        gb.db.commit()
+    rows = {r.student: r for r in _grade(c)["rows"]}
+    assert any("vector_add_hidden has extra credit (6)" in why for why in rows["blank"].reasons)
