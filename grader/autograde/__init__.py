@@ -49,7 +49,7 @@ from ..course import ROOT
 from .engine import Job, JobResult, Progress, derive_seed, run_dask, run_local
 from .notebook import load_layout, split_magic, submitted_answers, suspicious
 from .runtime import Bundle, bundle_from_dir, bundle_from_git, bundle_hash, ensure_runtime, remove_runtime
-from .sandbox import Limits, Outcome, bwrap_path
+from .sandbox import Limits, Outcome, bwrap_path, process_limit_note
 
 MARK = "grader_autograde"  # notebook metadata key of the notebooks this command writes
 
@@ -304,6 +304,8 @@ def _run(modules, module, root, submitted, out_dirs, url, workers, scheduler, se
         "bwrap (bubblewrap) is not installed, or cannot make a sandbox on this machine (unprivileged user "
         "namespaces off): each check ran in its own process and session with rlimits, but WITHOUT "
         "file-system, network or PID isolation (apt-get install bubblewrap; `python -m grader doctor` says which)."]
+    if process_limit_note():
+        shared_notes.append(process_limit_note())
     plans = [_plan(root, m, submitted, students, seed, backend, draw_shapes) for m in modules]
 
     # ------------------------------------------------------------------ the pristine grader

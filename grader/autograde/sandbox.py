@@ -15,7 +15,8 @@
 * a clean environment (``--clearenv``): only what the check needs; the seed comes on stdin.
 
 The worker then sets rlimits on itself and everything it starts (CPU seconds, address space,
-processes, file size, no core files). Outside, the parent kills the whole process group after
+processes, file size, no core files). As root, whose processes the kernel does not count against
+RLIMIT_NPROC, each check runs in a pids cgroup of its own (``pids.max``) where one is writable. Outside, the parent kills the whole process group after
 the wall-clock limit and keeps at most ``output_bytes`` of stdout/stderr.
 
 Without ``bwrap`` the job runs in a plain child process in its own session (same limits,
@@ -61,6 +62,62 @@ def _usable_bwrap(path: str | None) -> str | None:
             return None  # not remembered: a probe that timed out on a loaded machine is asked again
         _BWRAP_WORKS[path] = probe.returncode == 0
     return path if _BWRAP_WORKS[path] else None
+
+
+def pids_cgroup() -> Path | None:
+    """A pids cgroup hierarchy this process may make groups in (v1 ``pids``, or v2 with the pids
+    controller), or None. The kernel does not enforce RLIMIT_NPROC for root, so as root a check's
+    process limit is held by a pids.max group of its own instead (it holds for any user)."""
+    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        try:
+            v2 = (base / "cgroup.subtree_control").exists()
+            if v2 and "pids" not in (base / "cgroup.subtree_control").read_text().split():
+                continue
+            if (base / "cgroup.procs").exists() and (v2 or (base / "tasks").exists()) and os.access(base, os.W_OK):
+                return base
+        except OSError:
+            continue
+    return None
+
+
+def process_limit_note() -> str | None:
+    """What the report says when the process limit cannot hold (root without a pids cgroup)."""
+    if os.geteuid() == 0 and pids_cgroup() is None:
+        return ("grading as root without a writable pids cgroup: the kernel does not enforce the process limit "
+                "(RLIMIT_NPROC) for root, so a fork bomb runs until its wall-clock limit; grade as another user")
+    return None
+
+
+class _PidsGroup:
+    """One check's pids cgroup: at most ``limit`` processes, all killed when the check ends."""
+
+    def __init__(self, base: Path, limit: int):
+        import secrets
+
+        self.path = base / f"fa-autograde-{os.getpid()}-{secrets.token_hex(6)}"
+        self.path.mkdir()
+        (self.path / "pids.max").write_text(f"{limit}\n")
+
+    def wrap(self, argv: list) -> list:
+        # the shell joins the group before it execs the sandbox: nothing runs outside it
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def close(self) -> None:
+        for _ in range(200):
+            try:
+                pids = (self.path / "cgroup.procs").read_text().split()
+            except OSError:
+                return
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.02)
 
 
 @dataclass
@@ -241,6 +298,7 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
     the job does; raises only when the sandbox itself cannot be started."""
     import tempfile
 
+    group = None
     r, w = os.pipe()
     private = Path(tempfile.mkdtemp(prefix="job-", dir=rt.scratch))
     marker = f"GRADER_JOB_MARK={os.path.basename(private)}"
@@ -271,6 +329,10 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             popen_env[marker.split("=")[0]] = marker.split("=")[1]
             argv = [sys.executable, "-I", "-S", "-c", BOOT.format(pkg=str(rt.pkg_parent), site=rt.site_packages())]
         job = dict(job, result_fd=w, limits=limits.rlimits())
+        cgroup_base = pids_cgroup() if os.geteuid() == 0 else None
+        if cgroup_base is not None:
+            group = _PidsGroup(cgroup_base, limits.processes)
+            argv = group.wrap(argv)
         t0 = time.monotonic()
         proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                      pass_fds=(w,), env=popen_env, cwd=str(private))
@@ -300,6 +362,8 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             pass
         if not rt.use_bwrap:
             _kill_marked(marker)
+        if group is not None:
+            group.close()
         proc.wait()
         reap(proc)
         if _STOPPED.is_set():
@@ -324,6 +388,8 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             status = "died"
         return Outcome(status, result, output, dropped, seconds, proc.returncode)
     finally:
+        if group is not None:
+            group.close()
         for fd in (r, w):
             if fd >= 0:
                 os.close(fd)

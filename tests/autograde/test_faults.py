@@ -42,8 +42,23 @@ def main():
     mode = (Path(__file__).parents[2] / "mode").read_text().strip()
     if mode == "sleep":
         time.sleep(60)
+    if mode == "forks":  # as the real worker: RLIMIT_NPROC first, then what a fork bomb does
+        import resource
+        n = job["limits"]["processes"]
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+        forked = 0
+        for _ in range(300):
+            try:
+                if os.fork() == 0:
+                    time.sleep(5)
+                    os._exit(0)
+                forked += 1
+            except OSError:
+                break
+        job["source"] = f"forked {forked}"
     ok = mode == "grade" and ("a[i] + b[i]" in job["source"] or "s[r] * x" in job["source"])
-    case = {"name": "c", "hidden": False, "params": {}, "passed": ok, "fault": False, "message": "" if ok else "wrong"}
+    case = {"name": "c", "hidden": False, "params": {}, "passed": ok, "fault": False,
+            "message": job["source"] if mode == "forks" else "" if ok else "wrong"}
     result = {"status": "done", "backend": "cpu", "cases": [case], "visible_passed": ok, "all_passed": ok,
               "summary": "", "first_failure": None if ok else "wrong", "first_visible_failure": None if ok else "wrong"}
     with os.fdopen(int(job["result_fd"]), "wb") as f:
@@ -338,3 +353,14 @@ def test_extra_credit_on_a_clean_graded_cell_is_reported(course):
         gb.db.commit()
     rows = {r.student: r for r in _grade(c)["rows"]}
     assert any("vector_add_hidden has extra credit (6)" in why for why in rows["blank"].reasons)
+
+
+def test_the_process_limit_holds_for_root_too(tmp_path):
+    if os.geteuid() == 0 and sandbox.pids_cgroup() is None:
+        pytest.skip("root without a writable pids cgroup: the process limit cannot hold (the report says so)")
+    rt = _stand_in(tmp_path)
+    _mode(rt, "forks")
+    out = sandbox.run_job(rt, {"kind": "check", "source": ""}, Limits(wall_s=30, processes=40))
+    forked = int(out.result["cases"][0]["message"].split()[1])
+    assert forked < 40, f"{forked} processes started against a limit of 40"
+    assert forked > 10
