@@ -304,8 +304,7 @@ def _run(modules, module, root, submitted, out_dirs, url, workers, scheduler, se
         "bwrap (bubblewrap) is not installed, or cannot make a sandbox on this machine (unprivileged user "
         "namespaces off): each check ran in its own process and session with rlimits, but WITHOUT "
         "file-system, network or PID isolation (apt-get install bubblewrap; `python -m grader doctor` says which)."]
-    if process_limit_note():
-        shared_notes.append(process_limit_note())
+    shared_notes += [n for n in (process_limit_note(), _nvrtc_note()) if n]
     plans = [_plan(root, m, submitted, students, seed, backend, draw_shapes) for m in modules]
 
     # ------------------------------------------------------------------ the pristine grader
@@ -347,6 +346,10 @@ def _run(modules, module, root, submitted, out_dirs, url, workers, scheduler, se
     job_seconds = sum(r.outcome.seconds for r in results)  # the workers' busy time, to tell idling from slowing
     by_key = {r.key: r for r in results}
     digests = {j.key: _job_digest(j) for j in jobs}
+    missing = next((n for r in results if str(n := (r.outcome.result or {}).get("nvrtc", "ok")) != "ok"), None)
+    if missing and not any(n.startswith("NVRTC") for n in shared_notes):
+        shared_notes.append(f"NVRTC {missing} in the sandbox: kernels were NOT also compiled with the GPU's "
+                            "compiler, so host C++ that g++ accepts (std::vector, <algorithm>) can pass on the emulator")
 
     info = {"seed_digest": hashlib.sha256(str(seed).encode()).hexdigest()[:12], "grader": digest,
             "sandbox": "bwrap" if sandbox else "none", "backend": backend}
@@ -669,6 +672,19 @@ def _in_notebook_errors(nb: dict, lay) -> list[str]:
                 if o.get("output_type") == "error" and o.get("ename") in ("CellTimeoutError", "DeadKernelError"):
                     out.append(f"in-notebook run: {o.get('ename')} in {gid}")
     return out
+
+
+def _nvrtc_note() -> str | None:
+    """The report's warning when submissions cannot also be compiled with NVRTC."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+        return None
+    except Exception as err:  # noqa: BLE001  (ImportError, or a CuPy without its NVRTC library)
+        return (f"NVRTC is not installed ({type(err).__name__}): kernels were NOT also compiled with the GPU's "
+                "compiler, so host C++ that g++ accepts (std::vector, <algorithm>) can pass on the emulator "
+                "(pip install -e '.[nvrtc]', no GPU needed)")
 
 
 def _verify_grader(root: Path) -> None:

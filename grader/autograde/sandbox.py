@@ -197,8 +197,16 @@ def bwrap_command(rt: Runtime, job_dir: Path | None, *, writable_cache: bool, li
     return cmd
 
 
+def _cuda_home(site: str) -> dict:
+    """CUDA_HOME for NVRTC from the pip wheels: the worker runs with ``-S``, where CuPy's library
+    finder does not see the virtual environment's site-packages."""
+    found = sorted(Path(site, "nvidia").glob("cu*/lib/libnvrtc.so*"))
+    return {"CUDA_HOME": str(found[-1].parent.parent)} if found else {}
+
+
 def job_env(rt: Runtime, cache: Path, home: Path, tmp: Path, limits: Limits, threads: int = 1) -> dict:
     return {
+        **_cuda_home(rt.site_packages()),
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "TMPDIR": str(tmp),

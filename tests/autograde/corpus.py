@@ -43,6 +43,16 @@ RS_OK = ("    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    int r = blockI
          "    if (r < rows && c < cols) y[r * cols + c] = s[r] * x[r * cols + c];")
 
 
+def _nvrtc_installed() -> bool:
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+        return True
+    except Exception:  # noqa: BLE001  (ImportError, or a CuPy without its NVRTC library)
+        return False
+
+
 def build(course: Path) -> dict:
     """Write the class; return {student: (what it does, expected clean score out of 6)}."""
     course = Path(course)
@@ -132,6 +142,15 @@ def build(course: Path) -> dict:
                      "    if (i < n) c[i] = known ? a[i] + b[i] : 0.0f;", VA_PARAMS)
     cls["declared_shapes_only"] = (fill_answers(released, {**solution, VA: shapes}),
                                    "vector_add right only on the declared shapes", 4)
+
+    host_cpp = _kernel("vector_add", "#include <vector>\n#include <algorithm>",
+                       "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "    if (i < n) { std::vector<float> v{a[i], b[i]};\n"
+                       "        std::transform(v.begin(), v.begin() + 1, v.begin() + 1, c + i, "
+                       "[](float p, float q) { return p + q; }); }", VA_PARAMS)
+    cls["host_cpp"] = (fill_answers(released, {**solution, VA: host_cpp}),
+                       "vector_add in host C++ (std::vector, std::transform): g++ builds it, NVRTC does not",
+                       3 if _nvrtc_installed() else 6)  # without NVRTC the clean run can only warn (its report)
 
     out = {}
     for student, (nb, what, expected) in cls.items():

@@ -364,3 +364,55 @@ def test_the_process_limit_holds_for_root_too(tmp_path):
     forked = int(out.result["cases"][0]["message"].split()[1])
     assert forked < 40, f"{forked} processes started against a limit of 40"
     assert forked > 10
+
+
+HOST_CPP = '''#include <vector>
+#include <algorithm>
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        std::vector<float> v{a[i], b[i]};
+        std::transform(v.begin(), v.begin() + 1, v.begin() + 1, c + i, [](float p, float q) { return p + q; });
+    }
+}
+'''  # g++ builds it and the emulator runs it right on every case: only NVRTC says it is not CUDA
+
+
+def test_host_cpp_that_the_emulator_accepts_is_refused_by_nvrtc():
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="needs the nvrtc extra: pip install -e '.[nvrtc]'")
+    from grader.autograde._worker import nvrtc_refusal
+    from grader.checks import get_exercise
+
+    ex = get_exercise("vector_add")
+    why = nvrtc_refusal(ex, HOST_CPP, ())
+    assert why and "does not compile with NVRTC" in why and "std::vector" in why
+    solution = answer_cells(read_nb(ROOT / "solutions" / MODULE / f"{NB}.ipynb"))["vector_add_kernel"]
+    assert nvrtc_refusal(ex, solution.split("\n", 1)[1], ()) is None
+
+
+def test_a_stock_autograde_after_the_clean_one_keeps_the_clean_scores(course):
+    c, rt = course
+    released = read_nb(c / "exercises" / MODULE / f"{NB}.ipynb")
+    fake = {"cell_type": "code", "execution_count": None, "id": "cheat", "metadata": {}, "outputs": [],
+            "source": "import grader, grader.checks\ndef check(*a, **k):\n    print('[PASS] all cases')\n"
+                      "grader.check = grader.checks.check = check\n"}
+    setup = next(i for i, cell in enumerate(released["cells"])
+                 if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")
+    released["cells"].insert(setup + 1, fake)
+    write_nb(released, c / "grading" / "submitted" / "cheat" / MODULE / f"{NB}.ipynb")
+    shutil.copy(ROOT / "nbgrader_config.py", c)
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("GRADER_SEED", None)
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", MODULE, "--force"], cwd=c, env=env,
+                   check=True, capture_output=True, timeout=600)  # the released cells, as stock autograde needs
+    clean = {r.student: r.score for r in _grade(c)["rows"]}
+    assert clean["cheat"] == 0
+    stock = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", MODULE, "--student", "cheat", "--force"],
+                           cwd=c, env=env, capture_output=True, text=True, timeout=600)
+    log = stock.stdout + stock.stderr
+    assert "the clean regrade's 0.0 is kept" in log, log[-3000:]
+    from nbgrader.api import Gradebook
+
+    with Gradebook("sqlite:///" + str(c / "grading" / "gradebook.db")) as gb:
+        grades = {g.name: g.auto_score for g in gb.find_submission_notebook(NB, MODULE, "cheat").grades}
+    assert grades == dict.fromkeys(grades, 0.0) and len(grades) == 4
