@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..course import ROOT
+from ..source import cell_code
 from .engine import Job, JobResult, Progress, derive_seed, run_dask, run_local
 from .notebook import load_layout, split_magic, submitted_answers, suspicious
 from .runtime import Bundle, bundle_from_dir, bundle_from_git, bundle_hash, ensure_runtime, remove_runtime
@@ -456,6 +457,7 @@ class _Plan:
     jobs: list
     answers_of: dict
     notes: list
+    repairs: dict  # (student, notebook) -> answer cells found by their magic line
 
     @property
     def by_name(self) -> dict:
@@ -469,12 +471,12 @@ def _plan(root: Path, module: str, submitted: Path, students, seed: int, backend
     notes = [f"{lay.name}: {p}" for lay in layouts for p in lay.problems]
     subs = _read_submissions(root, submitted, module, layouts, students, notes)
     by_name = {lay.name: lay for lay in layouts}
-    jobs, answers_of = [], {}
+    jobs, answers_of, repairs = [], {}, {}
     for s in subs:
         if s.nb is None:
             continue
         lay = by_name[s.notebook]
-        answers = submitted_answers(s.nb, lay)
+        answers = submitted_answers(s.nb, lay, repairs.setdefault((s.student, s.notebook), []))
         answers_of[(s.student, s.notebook)] = answers
         for ex in lay.exercises:
             kernel = next(t.kernel_var for t in lay.tests if t.exercise == ex)
@@ -483,12 +485,12 @@ def _plan(root: Path, module: str, submitted: Path, students, seed: int, backend
             name, options, body = split_magic(src) if src is not None else (None, (), "")
             if src is None or name is None:
                 continue
-            payload = {"kind": "check", "exercise": ex, "source": body, "options": list(options),
+            payload = {"kind": "check", "exercise": ex, "source": cell_code(body), "options": list(options),
                        "seed": derive_seed(seed, s.student, ex, "cases"),
                        "shape_seed": derive_seed(seed, s.student, ex, "shapes"),
                        "backend": backend, "draw_shapes": draw_shapes}
             jobs.append(Job((s.student, s.notebook, ex), payload))
-    return _Plan(module, layouts, subs, jobs, answers_of, notes)
+    return _Plan(module, layouts, subs, jobs, answers_of, notes, repairs)
 
 
 def _score(plan: _Plan, by_key: dict) -> list[Row]:
@@ -501,7 +503,7 @@ def _score(plan: _Plan, by_key: dict) -> list[Row]:
         if s.nb is None:
             row.reasons.append(s.problem)
         else:
-            row.reasons += suspicious(s.nb, lay)
+            row.reasons += plan.repairs.get((s.student, s.notebook), []) + suspicious(s.nb, lay)
         answers = plan.answers_of.get((s.student, s.notebook), {})
         for t in lay.tests:
             jr = by_key.get((s.student, s.notebook, t.exercise))

@@ -150,16 +150,32 @@ def split_magic(cell_source: str) -> tuple[str | None, tuple, str]:
     return (words[0] if words else None), tuple(words[1:]), body
 
 
-def submitted_answers(nb: dict, layout: Layout) -> dict[str, str | None]:
-    """``{grade_id: source}`` for the layout's answer cells (None: missing or duplicated)."""
+def submitted_answers(nb: dict, layout: Layout, repairs: list | None = None) -> dict[str, str | None]:
+    """``{grade_id: source}`` for the layout's answer cells (None: missing or duplicated). An
+    answer cell whose nbgrader metadata is gone is found by its ``%%cuda NAME`` line, when exactly
+    one such cell names that kernel; each such repair is appended to ``repairs``."""
     found: dict[str, list[str]] = {}
+    unmarked: dict[str, list[str]] = {}  # kernel name -> sources of code cells without an answer's grade_id
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         gid = _gid(cell)
         if gid in layout.answers:
             found.setdefault(gid, []).append(_src(cell))
-    return {gid: (v[0] if len(v) == 1 else None) for gid in layout.answers for v in [found.get(gid, [])]}
+        elif gid is None:
+            name = split_magic(_src(cell))[0]
+            if name:
+                unmarked.setdefault(name, []).append(_src(cell))
+    out = {}
+    for gid, answer in layout.answers.items():
+        v = found.get(gid, [])
+        if not v and len(unmarked.get(answer.kernel, [])) == 1:
+            v = unmarked[answer.kernel]
+            if repairs is not None:
+                repairs.append(f"answer cell {gid} found by its '{MAGIC} {answer.kernel}' line (its nbgrader "
+                               "metadata was removed)")
+        out[gid] = v[0] if len(v) == 1 else None
+    return out
 
 
 _SUSPECT = [

@@ -416,3 +416,74 @@ def test_a_stock_autograde_after_the_clean_one_keeps_the_clean_scores(course):
     with Gradebook("sqlite:///" + str(c / "grading" / "gradebook.db")) as gb:
         grades = {g.name: g.auto_score for g in gb.find_submission_notebook(NB, MODULE, "cheat").grades}
     assert grades == dict.fromkeys(grades, 0.0) and len(grades) == 4
+
+
+def test_an_answer_cell_without_its_metadata_is_found_by_its_magic_line(course):
+    c, rt = course
+    nb = read_nb(c / "grading" / "submitted" / "ada" / MODULE / f"{NB}.ipynb")
+    for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "vector_add_kernel":
+            cell["metadata"] = {}
+    write_nb(nb, c / "grading" / "submitted" / "ada" / MODULE / f"{NB}.ipynb")
+    ada = next(r for r in _grade(c)["rows"] if r.student == "ada")
+    assert ada.score == 6
+    assert "answer cell vector_add_kernel found by its '%%cuda vector_add' line" in ada.reasons[0]
+
+
+def test_a_checked_kernel_is_numbered_as_the_editor_numbers_its_cell(course):
+    c, rt = course
+    plan = ag._plan(c, MODULE, c / "grading" / "submitted", None, 5, "cpu", True)
+    cell = answer_cells(read_nb(ROOT / "solutions" / MODULE / f"{NB}.ipynb"))["vector_add_kernel"]
+    job = next(j for j in plan.jobs if j.key == ("ada", NB, "vector_add"))
+    editor = cell.splitlines()  # line 1 is the %%cuda line
+    assert job.payload["source"].splitlines()[1:] == editor[1:]
+    assert job.payload["source"].splitlines()[0] == ""
+
+
+def test_feedback_pages_carry_the_notebooks_figures():
+    from grader.feedback_mathjax import embed_course_images
+
+    page = ('<p><img alt="pipeline" src="../../modules/01_naive_attention/img/pipeline.png"/></p>'
+            '<img src="../../modules/../grading/gradebook.db"/><img src="https://example.org/x.png"/>')
+    out = embed_course_images(page, ROOT)
+    png = (ROOT / "modules" / "01_naive_attention" / "img" / "pipeline.png").read_bytes()
+    import base64
+
+    assert f'src="data:image/png;base64,{base64.b64encode(png).decode()}"' in out
+    assert '<img src="../../modules/../grading/gradebook.db"/>' in out  # outside modules/: left alone
+    assert '<img src="https://example.org/x.png"/>' in out
+
+
+def test_a_dask_scheduler_lost_mid_run_grades_nothing_and_invents_no_zero(course, monkeypatch):
+    pytest.importorskip("distributed", reason="Dask is optional: pip install dask distributed")
+    from dask.distributed import LocalCluster
+
+    c, rt = course
+    _grade(c)
+    before = _gradebook(c)
+    monkeypatch.setattr(engine, "ensure_runtime", lambda *a, **k: rt)  # the in-process workers' runtime
+    _mode(rt, "sleep")
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        def lose_the_scheduler():
+            deadline = time.monotonic() + 60
+            while not sandbox._RUNNING and time.monotonic() < deadline:
+                time.sleep(0.05)
+            cluster.sync(cluster.scheduler.close)
+
+        threading.Thread(target=lose_the_scheduler, daemon=True).start()
+        t0 = time.monotonic()
+        out = ag.autograde(MODULE, root=c, scheduler=cluster.scheduler_address, seed=5, quiet=True, limits=LIMITS)
+        took = time.monotonic() - t0
+        sandbox.kill_running()  # the in-process workers' stand-in sandboxes
+    assert out["not_graded"] == 12 and took < 25, (out["not_graded"], took)
+    assert _gradebook(c) == before
+    assert "FutureCancelledError" in out["text"] and "NOT GRADED: 12 cell(s) of 3 notebook(s)" in out["text"]
+
+
+def test_an_unreachable_scheduler_is_one_line_and_soon(course):
+    pytest.importorskip("distributed", reason="Dask is optional: pip install dask distributed")
+    c, rt = course
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit, match=r"^cannot reach the Dask scheduler tcp://127\.0\.0\.1:9 within 10 s") as exit_:
+        ag.autograde(MODULE, root=c, scheduler="tcp://127.0.0.1:9", seed=5, quiet=True, limits=LIMITS)
+    assert time.monotonic() - t0 < 30 and "\n" not in str(exit_.value)
