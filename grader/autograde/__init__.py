@@ -48,6 +48,7 @@ from pathlib import Path
 from ..course import ROOT
 from ..source import cell_code
 from .engine import Job, JobResult, Progress, derive_seed, run_dask, run_local
+from .notebook import MAGIC as MAGIC_CUDA
 from .notebook import load_layout, split_magic, submitted_answers, suspicious
 from .runtime import Bundle, bundle_from_dir, bundle_from_git, bundle_hash, ensure_runtime, remove_runtime
 from .sandbox import Limits, Outcome, bwrap_path, process_limit_note
@@ -485,7 +486,9 @@ def _plan(root: Path, module: str, submitted: Path, students, seed: int, backend
             name, options, body = split_magic(src) if src is not None else (None, (), "")
             if src is None or name is None:
                 continue
-            payload = {"kind": "check", "exercise": ex, "source": cell_code(body), "options": list(options),
+            # a %%cuda kernel numbered as the editor shows the cell (as the magic does); Triton as is
+            source = cell_code(body) if src.lstrip().split(None, 1)[0] == MAGIC_CUDA else body
+            payload = {"kind": "check", "exercise": ex, "source": source, "options": list(options),
                        "seed": derive_seed(seed, s.student, ex, "cases"),
                        "shape_seed": derive_seed(seed, s.student, ex, "shapes"),
                        "backend": backend, "draw_shapes": draw_shapes}
