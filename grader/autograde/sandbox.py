@@ -24,6 +24,7 @@ a private cache folder, no file-system or network isolation), and the report say
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -363,6 +364,11 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             proc.wait(timeout=limits.wall_s)
         except subprocess.TimeoutExpired:
             timed_out = True
+        except BaseException:  # Ctrl-C in the thread that waits (the runtime's warm-up): kill, then stop
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            reap(proc)
+            raise
         # Whatever happened, nothing of the job survives it.
         try:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -298,7 +298,8 @@ def test_links_out_of_a_submission_and_broken_notebooks_cost_that_notebook_only(
     assert rows["ada"].score == 6 and rows["half"].score == 3
     assert rows["mallory"].score == 0 and "symbolic link" in rows["mallory"].reasons[0]
     assert rows["eve"].score == 0 and "symbolic link" in rows["eve"].reasons[0]
-    assert rows["lister"].score == 3  # its vector_add cell has no usable grade_id: unanswered
+    # its vector_add cell has no usable grade_id: found by its %%cuda line instead, and said so
+    assert rows["lister"].score == 6 and "found by its '%%cuda vector_add' line" in rows["lister"].reasons[0]
     assert rows["deep"].score == 0 and "RecursionError" in rows["deep"].reasons[0]
     assert f"nomodule: no {MODULE}/ folder" in out["text"]
 
