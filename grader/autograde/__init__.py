@@ -187,8 +187,8 @@ def _check_unchanged(plans) -> None:
     changed = [str(s.path) for plan in plans for s in plan.subs
                if s.path is not None and hashlib.sha256(s.path.read_bytes()).hexdigest() != s.sha256]
     if changed:
-        raise SystemExit("submissions changed while they were graded (is a process of a student still running? "
-                         "`python -m grader autograde` lists them): " + ", ".join(changed[:10]) + "; nothing written")
+        raise SystemExit("submissions changed while they were graded (by a process still running? the next run "
+                         "lists those running from grading/): " + ", ".join(changed[:10]) + "; nothing written")
 
 
 def _ensure_assignment(gb, module: str, layouts) -> list[str]:
@@ -337,12 +337,13 @@ def _run(modules, module, root, submitted, out_dirs, url, workers, scheduler, se
     elif scheduler:
         results = run_dask(scheduler, bundle, todo, limits, progress)
     else:
-        rt = ensure_runtime(bundle, limits, Path(tempfile.mkdtemp(prefix="fa-autograde-")))
+        base = Path(tempfile.mkdtemp(prefix="fa-autograde-"))
         try:
+            rt = ensure_runtime(bundle, limits, base)
             t_jobs = time.monotonic()
             results = run_local(rt, todo, limits, n_workers, progress)
         finally:
-            remove_runtime(rt)
+            remove_runtime(base)
     results += [JobResult(j.key, done_before[_job_digest(j)], 1) for j in jobs if _job_digest(j) in done_before]
     seconds_checks = time.monotonic() - t_jobs
     job_seconds = sum(r.outcome.seconds for r in results)  # the workers' busy time, to tell idling from slowing

@@ -125,7 +125,7 @@ def run_folder(bundle: Bundle, base: str | None = None) -> Path:
     return Path(base or tempfile.gettempdir()) / f"fa-autograde-{os.getuid()}-{bundle.run_id}"
 
 
-def remove_runtime(rt: Runtime) -> None:
-    base = rt.pkg_parent.parent
+def remove_runtime(base: Path) -> None:
+    """Remove a run's folder (its read-only pieces made writable first)."""
     _make_writable(base)
     shutil.rmtree(base, ignore_errors=True)

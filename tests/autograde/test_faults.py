@@ -110,7 +110,6 @@ def course(tmp_path, monkeypatch, empty_gradebook):
     rt = _stand_in(tmp_path / "runtime")
     _mode(rt, "grade")
     monkeypatch.setattr(ag, "ensure_runtime", lambda *a, **k: rt)
-    monkeypatch.setattr(ag, "remove_runtime", lambda rt: None)
     monkeypatch.setattr(ag, "bundle_from_dir", lambda path: b"stand-in grader")
     monkeypatch.setattr(ag, "_verify_grader", lambda root: None)
     yield c, rt
@@ -222,7 +221,6 @@ from nbgrader.api import Gradebook
 rt = t._stand_in(__import__("pathlib").Path({tmp!r}))
 t._mode(rt, "fail")
 ag.ensure_runtime = lambda *a, **k: rt
-ag.remove_runtime = lambda rt: None
 ag.bundle_from_dir = lambda path: b"stand-in grader"
 ag._verify_grader = lambda root: None
 real, calls = Gradebook.find_grade, []
