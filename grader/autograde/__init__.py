@@ -2,8 +2,9 @@
 
 nbgrader runs a student's notebook with the instructor's permissions: answer cells can replace
 ``check()``, fake the kernel runner, paste the reference, read the seed, or damage the course
-and the gradebook. This command grades **instead of** ``nbgrader autograde`` (or after it, to
-overwrite its scores and list the differences):
+and the gradebook. This command grades **instead of** ``nbgrader autograde``; run after it, it
+overwrites its scores and lists the differences, but cannot undo what its notebooks' code did
+(it refuses a changed ``grader/`` and processes left running in ``grading/``):
 
 1. For every ``grading/submitted/STUDENT/MODULE/NOTEBOOK.ipynb`` it takes, by ``grade_id`` of
    the *released* notebook in ``exercises/``, only the source of each ``%%cuda`` answer cell
@@ -16,7 +17,9 @@ overwrite its scores and list the differences):
    ``derive_seed(run seed, student, exercise)``, sent on the worker's stdin.
 3. Jobs run ``--workers`` at a time on this machine, or on a Dask cluster (``--scheduler``);
    a job whose worker dies is retried once (:mod:`.engine`). Results do not depend on either.
-4. Scores go into the nbgrader gradebook (same ``grade_id``\\ s and points), a clean
+   A check that did not run (sandbox not started, Dask worker or scheduler lost) is NOT GRADED,
+   never a score; ``--resume`` runs only those.
+4. Scores go into the nbgrader gradebook (same ``grade_id``\\ s and points) in one transaction, a clean
    autograded notebook is written for ``nbgrader generate_feedback``, and a report
    (``grading/clean/MODULE/report.txt`` and ``.json``) lists every submission whose
    in-notebook score differs from the clean one, with the reasons found.
