@@ -23,6 +23,7 @@ try:
         ClearHiddenTestsFeedback,
         ClearSolutionsCuda,
         HideHiddenTestTracebacks,
+        KeepCleanGrades,
         LimitOutputBytes,
         OverwriteReleasedCells,
     )
@@ -52,7 +53,6 @@ from nbgrader.preprocessors import (
     LimitOutput,
     LockCells,
     OverwriteKernelspec,
-    SaveAutoGrades,
     SaveCells,
 )
 
@@ -147,13 +147,15 @@ c.Autograde.sanitize_preprocessors = [
     OverwriteReleasedCells,
     CheckCellMetadata,
 ]
-# Scores are saved (SaveAutoGrades) before the byte cap, so capping never changes a grade.
+# Scores are saved (KeepCleanGrades: nbgrader's SaveAutoGrades, where a cell's score from the clean
+# regrade, `python -m grader autograde`, of the same submission wins and the log says so) before
+# the byte cap, so capping never changes a grade.
 c.Autograde.autograde_preprocessors = [
     Execute,
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,
-    SaveAutoGrades,
+    KeepCleanGrades,
     AssignLatePenalties,
     LimitOutputBytes,
     CheckCellMetadata,

@@ -111,8 +111,9 @@ def _nvrtc() -> Item:
         major, minor = nvrtc.getVersion()
         return Item("NVRTC", OK, f"NVRTC {major}.{minor}: `python -m grader compile` checks kernels for sm_80/sm_90")
     except Exception as err:  # noqa: BLE001  (ImportError, or a CuPy without its NVRTC library)
-        return Item("NVRTC", ABSENT, f"`python -m grader compile` (offline sm_80/sm_90 compile check) unavailable "
-                    f"({type(err).__name__})", _pip("-e '.[nvrtc]'"))
+        return Item("NVRTC", ABSENT, f"`python -m grader compile` (offline sm_80/sm_90 compile check) unavailable, "
+                    "and the clean regrade (`python -m grader autograde`) cannot reject host C++ that the emulator "
+                    f"accepts ({type(err).__name__})", _pip("-e '.[nvrtc]'"))
 
 
 def _gpu(name: str | None) -> Item:

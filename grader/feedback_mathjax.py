@@ -22,6 +22,7 @@ Formgrader alike), fixes that:
 """
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
@@ -148,6 +149,25 @@ def loader_html(local: bool, url: str) -> str:
             f'onerror="{html.escape(fallback, quote=True)}"> </script>')
 
 
+_COURSE_IMG = re.compile(r'(<img\b[^>]*?\bsrc=")((?:\.\./)+modules/[^"]+)(")')
+
+
+def embed_course_images(page: str, root: Path) -> str:
+    """A notebook's figures (``../../modules/MODULE/img/...``, relative to ``exercises/MODULE/``)
+    do not resolve from ``grading/feedback/STUDENT/MODULE/``: they go into the page itself, as
+    data URIs, so any folder or page handed to a student shows them."""
+    modules = (root / "modules").resolve()
+
+    def embed(m):
+        path = (root / "modules" / m.group(2).split("modules/", 1)[1]).resolve()
+        kind = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".gif": "image/gif"}.get(path.suffix)
+        if kind is None or not path.is_relative_to(modules) or not path.is_file():
+            return m.group(0)
+        return m.group(1) + f"data:{kind};base64," + base64.b64encode(path.read_bytes()).decode() + m.group(3)
+
+    return _COURSE_IMG.sub(embed, page)
+
+
 class FeedbackHTMLExporter(HTMLExporter):
     """nbconvert's HTMLExporter for ``nbgrader generate_feedback``: the page loads MathJax from
     a copy beside it (``mathjax/``), the CDN only when that copy is missing; or, with
@@ -189,4 +209,7 @@ class FeedbackHTMLExporter(HTMLExporter):
         # mathjax_url is nbconvert's trait (GRADER_MATHJAX_URL sets it); the CDN fallback otherwise.
         url = self.mathjax_url if not self.local_mathjax else self.cdn_mathjax_url
         output = _LOADER.sub(lambda m: m.group(1) + loader_html(local, url), output, count=1)
+        coursedir = getattr(self.parent, "coursedir", None)
+        if coursedir is not None:
+            output = embed_course_images(output, Path(coursedir.root))
         return output, resources

@@ -18,6 +18,9 @@ Wired in by the repository's ``nbgrader_config.py``:
 * :class:`OverwriteReleasedCells` replaces ``OverwriteCells`` in ``autograde``: a hidden-test
   cell handed in as released no longer logs "checksum has changed!", so the warning is left for
   cells a student really changed.
+* :class:`KeepCleanGrades` replaces ``SaveAutoGrades`` in ``autograde``: a cell that
+  ``python -m grader autograde`` graded keeps that clean score when a stock run (the command, or
+  Formgrader's Autograde button) grades the same submission again, and the log says so loudly.
 * :class:`ClearHiddenTestsFeedback` is ``ClearHiddenTests`` for ``generate_feedback``; with
   :class:`AcceptsDisplayPriority` the course's preprocessors take nbconvert's shared
   ``display_data_priority`` setting instead of warning about it.
@@ -26,7 +29,10 @@ Importing this module needs nbgrader (the course pipeline), never the GPU or the
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from pathlib import Path
 from typing import Tuple
 
 from nbconvert.exporters.exporter import ResourcesDict
@@ -34,7 +40,7 @@ from nbformat.notebooknode import NotebookNode
 from traitlets import Integer, List, Unicode
 
 from nbgrader import utils
-from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions, NbGraderPreprocessor, OverwriteCells
+from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions, NbGraderPreprocessor, OverwriteCells, SaveAutoGrades
 
 CUDA_MAGIC = "%%cuda"
 
@@ -278,3 +284,49 @@ class HideHiddenTestTracebacks(AcceptsDisplayPriority):
                 if out.get("output_type") == "error":
                     out.traceback = [f"\x1b[0;31m{out.get('ename', 'Error')}\x1b[0m: {out.get('evalue', '')}"]
         return cell, resources
+
+
+class KeepCleanGrades(SaveAutoGrades):
+    """``SaveAutoGrades``, except that the clean regrade's score of a cell wins: a stock run
+    executes the student's code with the instructor's permissions (a fake ``check()`` passes),
+    so where ``grading/clean/ASSIGNMENT/report.json`` holds a clean score for the same bytes of the
+    same submission, that score stays in the gradebook and the stock one is logged as overruled.
+    A submission changed since the clean run gets the stock score and a request to regrade."""
+
+    clean_dir = Unicode("grading/clean", help="where `python -m grader autograde` writes its reports").tag(config=True)
+
+    def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> Tuple[NotebookNode, ResourcesDict]:
+        info = resources["nbgrader"]
+        self._clean = self._clean_scores(info["assignment"], info["student"], info["notebook"])
+        return super().preprocess(nb, resources)
+
+    def _clean_scores(self, assignment: str, student: str, notebook: str) -> dict:
+        try:
+            report = json.loads((Path(self.clean_dir) / assignment / "report.json").read_text())
+            row = next(r for r in report["rows"] if r["student"] == student and r["notebook"] == notebook)
+        except (OSError, ValueError, KeyError, StopIteration, TypeError):
+            return {}
+        submitted = Path("grading/submitted") / student / assignment / f"{notebook}.ipynb"
+        try:
+            now = hashlib.sha256(submitted.read_bytes()).hexdigest()
+        except OSError:
+            now = None
+        if now != row.get("sha256"):
+            self.log.warning("%s/%s/%s: changed since the clean regrade; run `python -m grader autograde %s` "
+                             "again", student, assignment, notebook, assignment)
+            return {}
+        return {c["grade_id"]: c["score"] for c in row.get("cells", []) if c.get("score") is not None}
+
+    def _add_score(self, cell: NotebookNode, resources: ResourcesDict) -> None:
+        super()._add_score(cell, resources)
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        if gid not in self._clean:
+            return
+        grade = self.gradebook.find_grade(gid, self.notebook_id, self.assignment_id, self.student_id)
+        if grade.auto_score != self._clean[gid]:
+            self.log.error("%s/%s/%s: cell %s scored %s in this run (the notebook ran with your permissions); "
+                           "the clean regrade's %s is kept (grading/clean/%s/report.json)", self.student_id,
+                           self.assignment_id, self.notebook_id, gid, grade.auto_score, self._clean[gid],
+                           self.assignment_id)
+            grade.auto_score = self._clean[gid]
+            self.gradebook.db.commit()

@@ -59,6 +59,29 @@ def _result(res) -> dict:
     }
 
 
+class NvrtcMissing(Exception):
+    """NVRTC could not be loaded in the sandbox: the check runs, and the report says so."""
+
+
+def nvrtc_refusal(ex, source: str, options: tuple) -> str | None:
+    """Why NVRTC (the compiler CuPy uses on a GPU) rejects a CUDA kernel, or None. The emulator
+    builds kernels with g++, which also accepts host C++ (std::vector, <algorithm>): a kernel is
+    graded only if it is CUDA that a GPU would build. Raises NvrtcMissing when NVRTC cannot load."""
+    if getattr(ex, "kind", "cuda") != "cuda":
+        return None
+    from grader.errors import CompileError
+    from grader.nvrtc import DEFAULT_ARCHS, compile_check
+
+    try:
+        compile_check(source, archs=DEFAULT_ARCHS[-1:], options=tuple(ex.options) + options, kernel=ex.kernel)
+    except CompileError as err:
+        return ("the kernel does not compile with NVRTC, the compiler used on a GPU (host C++ such as std::vector "
+                f"or <algorithm> is not CUDA device code), so it is not run:\n  {err}")
+    except Exception as err:  # noqa: BLE001  (not installed, or its library not found)
+        raise NvrtcMissing(f"{type(err).__name__}: {str(err)[:300]}") from None
+    return None
+
+
 def main() -> None:
     job = json.loads(sys.stdin.buffer.read().decode())
     sys.stdin.close()
@@ -79,9 +102,18 @@ def main() -> None:
                 from grader.autograde.shapes import draw_cases
 
                 ex.cases = draw_cases(ex.cases, int(job["shape_seed"]), ex.hidden_sizes)
-            res = run_check(job["exercise"], job["source"], include_hidden=True, seed=int(job["seed"]),
-                            options=tuple(job.get("options", ())))
-            result = _result(res)
+            try:
+                refusal, nvrtc = nvrtc_refusal(ex, job["source"], tuple(job.get("options", ()))), "ok"
+            except NvrtcMissing as err:
+                refusal, nvrtc = None, f"unavailable ({err})"
+            if refusal is not None:
+                from grader.checks import CaseResult, CheckResult
+
+                res = CheckResult(ex.id, "cpu", [CaseResult(ex.cases[0], False, refusal, fault=True)])
+            else:
+                res = run_check(job["exercise"], job["source"], include_hidden=True, seed=int(job["seed"]),
+                                options=tuple(job.get("options", ())))
+            result = dict(_result(res), nvrtc=nvrtc)
     except BaseException as err:  # noqa: BLE001  (reported, never raised past the sandbox)
         result = {"status": "error", "error": f"{type(err).__name__}: {err}"[:4000],
                   "traceback": traceback.format_exc()[-6000:]}

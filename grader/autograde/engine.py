@@ -8,8 +8,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .runtime import Bundle, ensure_runtime
-from .sandbox import Limits, Outcome, Runtime, run_job
+from .runtime import Bundle, ensure_runtime, run_folder
+from .sandbox import Limits, Outcome, Runtime, Stopped, kill_running, run_job
 
 
 def derive_seed(run_seed: int, *parts: str) -> int:
@@ -68,7 +68,14 @@ def _mmss(s: float) -> str:
     return f"{s // 60}m{s % 60:02d}s"
 
 
-RETRY = ("died", "error")
+RETRY = ("died", "error", "lost")
+
+
+def lost(err: BaseException) -> Outcome:
+    """The outcome of a check that never ran to an end for a reason outside the submission (a
+    sandbox that could not start, a Dask worker or scheduler lost): it is reported as not graded,
+    never scored."""
+    return Outcome("lost", None, f"{type(err).__name__}: {err}"[:2000], 0, 0.0, None)
 
 
 def _with_retry(run_once, job: Job) -> JobResult:
@@ -81,14 +88,29 @@ def _with_retry(run_once, job: Job) -> JobResult:
 
 
 def run_local(rt: Runtime, jobs: list[Job], limits: Limits, workers: int, progress: Progress | None) -> list[JobResult]:
-    """Every job in its own sandboxed process, ``workers`` at a time (threads only wait)."""
+    """Every job in its own sandboxed process, ``workers`` at a time (threads only wait). Ctrl-C
+    (KeyboardInterrupt) cancels the queued jobs, kills the running sandboxes and is re-raised."""
+    def once(job: Job) -> Outcome:
+        try:
+            return run_job(rt, job.payload, limits)
+        except Stopped:
+            raise
+        except Exception as err:  # noqa: BLE001  (the sandbox did not start: the check did not run)
+            return lost(err)
+
     results = []
-    with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futs = [pool.submit(_with_retry, lambda j: run_job(rt, j.payload, limits), job) for job in jobs]
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        futs = [pool.submit(_with_retry, once, job) for job in jobs]
         for fut in cf.as_completed(futs):
             results.append(fut.result())
             if progress:
                 progress.step()
+    except BaseException:
+        kill_running()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     order = {job.key: i for i, job in enumerate(jobs)}
     return sorted(results, key=lambda r: order[r.key])
 
@@ -98,9 +120,12 @@ def run_local(rt: Runtime, jobs: list[Job], limits: Limits, workers: int, progre
 
 def _dask_task(bundle: Bundle, limits: Limits, base: str | None, payload: dict) -> dict:
     """Runs on a Dask worker: unpack the pristine bundle there (once per run), then the job."""
-    rt = ensure_runtime(bundle, limits, base)
+    rt = ensure_runtime(bundle, limits, run_folder(bundle, base))
     out = run_job(rt, payload, limits)
     return dataclasses.asdict(out)
+
+
+CONNECT_S = 10.0  # how long to try reaching a Dask scheduler before saying it is unreachable
 
 
 def run_dask(scheduler: str, bundle: Bundle, jobs: list[Job], limits: Limits, progress: Progress | None,
@@ -110,9 +135,14 @@ def run_dask(scheduler: str, bundle: Bundle, jobs: list[Job], limits: Limits, pr
     except ImportError as err:
         raise SystemExit(f"--scheduler needs Dask: pip install dask distributed ({err})") from None
     results: dict[tuple, JobResult] = {}
-    with Client(scheduler) as client:
+    try:
+        client = Client(scheduler, timeout=CONNECT_S)
+    except (OSError, TimeoutError) as err:
+        raise SystemExit(f"cannot reach the Dask scheduler {scheduler} within {CONNECT_S:g} s: "
+                         f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}") from None
+    by_future: dict = {}
+    try:
         remote_bundle = client.scatter(bundle, broadcast=True)
-        by_future = {}
         for job in jobs:
             f = client.submit(_dask_task, remote_bundle, limits, base, job.payload, pure=False, retries=0)
             by_future[f] = (job, 1, None)
@@ -122,8 +152,8 @@ def run_dask(scheduler: str, bundle: Bundle, jobs: list[Job], limits: Limits, pr
             try:
                 out = Outcome(**fut.result())
             except Exception as err:  # noqa: BLE001  (a worker lost: KilledWorker and the like)
-                out = Outcome("died", None, f"{type(err).__name__}: {err}", 0, 0.0, None)
-            if out.status in RETRY and attempt == 1:
+                out = lost(err)
+            if out.status in RETRY and attempt == 1 and client.status == "running":
                 reason = f"{out.status}: " + ((out.result or {}).get("error") or out.output[-300:])
                 nf = client.submit(_dask_task, remote_bundle, limits, base, job.payload, pure=False, retries=0)
                 by_future[nf] = (job, 2, reason)
@@ -132,4 +162,16 @@ def run_dask(scheduler: str, bundle: Bundle, jobs: list[Job], limits: Limits, pr
             results[job.key] = JobResult(job.key, out, attempt, why)
             if progress:
                 progress.step()
+    except KeyboardInterrupt:
+        client.cancel(list(by_future), force=True)
+        raise
+    except Exception as err:  # noqa: BLE001  (the scheduler lost: every check not back did not run)
+        gone = lost(err)
+        for job in jobs:
+            results.setdefault(job.key, JobResult(job.key, gone, 1))
+    finally:
+        try:
+            client.close(timeout=5)
+        except Exception:  # noqa: BLE001  (closing a client whose scheduler is gone)
+            pass
     return [results[j.key] for j in jobs]

@@ -24,13 +24,19 @@ MAGICS = ("%%cuda", "%%triton")  # answer cells: CUDA C kernels, and Triton cell
 
 def _src(cell) -> str:
     s = cell.get("source", "")
-    return "".join(s) if isinstance(s, list) else str(s)
+    return "".join(map(str, s)) if isinstance(s, list) else str(s)
 
 
 def _nbg(cell) -> dict:
-    md = cell.get("metadata", {})
+    md = cell.get("metadata", {}) if isinstance(cell, dict) else {}
     m = md.get("nbgrader", {}) if isinstance(md, dict) else {}
     return m if isinstance(m, dict) else {}
+
+
+def _gid(cell) -> str | None:
+    """A cell's grade_id, if it is one (a submitted notebook's may be a list, a number...)."""
+    gid = _nbg(cell).get("grade_id")
+    return gid if isinstance(gid, str) else None
 
 
 @dataclass
@@ -144,16 +150,32 @@ def split_magic(cell_source: str) -> tuple[str | None, tuple, str]:
     return (words[0] if words else None), tuple(words[1:]), body
 
 
-def submitted_answers(nb: dict, layout: Layout) -> dict[str, str | None]:
-    """``{grade_id: source}`` for the layout's answer cells (None: missing or duplicated)."""
+def submitted_answers(nb: dict, layout: Layout, repairs: list | None = None) -> dict[str, str | None]:
+    """``{grade_id: source}`` for the layout's answer cells (None: missing or duplicated). An
+    answer cell whose nbgrader metadata is gone is found by its ``%%cuda NAME`` line, when exactly
+    one such cell names that kernel; each such repair is appended to ``repairs``."""
     found: dict[str, list[str]] = {}
+    unmarked: dict[str, list[str]] = {}  # kernel name -> sources of code cells without an answer's grade_id
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        gid = _nbg(cell).get("grade_id")
+        gid = _gid(cell)
         if gid in layout.answers:
             found.setdefault(gid, []).append(_src(cell))
-    return {gid: (v[0] if len(v) == 1 else None) for gid in layout.answers for v in [found.get(gid, [])]}
+        elif gid is None:
+            name = split_magic(_src(cell))[0]
+            if name:
+                unmarked.setdefault(name, []).append(_src(cell))
+    out = {}
+    for gid, answer in layout.answers.items():
+        v = found.get(gid, [])
+        if not v and len(unmarked.get(answer.kernel, [])) == 1:
+            v = unmarked[answer.kernel]
+            if repairs is not None:
+                repairs.append(f"answer cell {gid} found by its '{MAGIC} {answer.kernel}' line (its nbgrader "
+                               "metadata was removed)")
+        out[gid] = v[0] if len(v) == 1 else None
+    return out
 
 
 _SUSPECT = [
@@ -173,6 +195,13 @@ _SUSPECT = [
 ]
 
 
+def _points(meta: dict) -> float | None:
+    try:
+        return float(meta.get("points", 0) or 0)
+    except (TypeError, ValueError):
+        return None
+
+
 def suspicious(nb: dict, layout: Layout) -> list[str]:
     """Why a notebook's own run of its tests may not reflect its kernels (read, not run)."""
     reasons = []
@@ -181,7 +210,7 @@ def suspicious(nb: dict, layout: Layout) -> list[str]:
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict):
             continue
-        m, gid = _nbg(cell), _nbg(cell).get("grade_id")
+        m, gid = _nbg(cell), _gid(cell)
         if gid in released_cells and gid not in seen:
             seen.add(gid)
             rel = released_cells[gid]
@@ -189,7 +218,7 @@ def suspicious(nb: dict, layout: Layout) -> list[str]:
             if rm.get("grade") and not rm.get("solution"):
                 if _src(cell).strip() != _src(rel).strip():
                     reasons.append(f"test cell {gid} edited")
-                if float(m.get("points", 0) or 0) != float(rm.get("points", 0) or 0):
+                if m.get("points", 0) != rm.get("points", 0) and _points(m) != float(rm.get("points", 0) or 0):
                     reasons.append(f"points of {gid} changed to {m.get('points')}")
             if rm.get("solution") and rel.get("cell_type") == "code" and split_magic(_src(rel))[0] \
                     and split_magic(_src(cell))[0] is None:

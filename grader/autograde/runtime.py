@@ -1,7 +1,8 @@
 """A grading run's private pieces: the pristine copy of ``grader`` and the emulator cache.
 
 The copy is made once per run from the course's ``grader/`` folder (or, with ``ref``, from a
-git commit), byte for byte without caches, then made read-only. Jobs carry it as a *bundle*
+git commit), byte for byte without caches, then made read-only, in a folder new to the run
+(never a name reused across runs, which code run before the run could have prepared). Jobs carry it as a *bundle*
 (tar bytes and their hash) so Dask workers on other machines unpack the same bytes.
 """
 from __future__ import annotations
@@ -77,11 +78,15 @@ class Bundle:
     run_id: str
 
 
-def ensure_runtime(bundle: Bundle, limits: Limits, base: Path | None = None, use_bwrap: bool | None = None) -> Runtime:
-    """Unpack the bundle and warm the emulator cache on this machine, once per run (a file lock
-    makes concurrent callers on one machine wait for the first)."""
-    base = Path(base or tempfile.gettempdir()) / f"fa-autograde-{os.getuid()}-{bundle.digest}-{bundle.run_id}"
+def ensure_runtime(bundle: Bundle, limits: Limits, base: Path, use_bwrap: bool | None = None) -> Runtime:
+    """Unpack the bundle into ``base`` (this run's own folder: see :func:`run_folder`) and warm
+    the emulator cache there, once per run (a file lock makes concurrent callers on one machine
+    wait for the first)."""
+    base = Path(base)
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = base.stat()
+    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o700:
+        raise RuntimeError(f"{base}: not this user's private folder; refusing to grade with it")
     if use_bwrap is None:
         use_bwrap = bwrap_path() is not None
     with open(base / ".lock", "w") as lock:
@@ -114,7 +119,13 @@ def ensure_runtime(bundle: Bundle, limits: Limits, base: Path | None = None, use
         return rt
 
 
-def remove_runtime(rt: Runtime) -> None:
-    base = rt.pkg_parent.parent
+def run_folder(bundle: Bundle, base: str | None = None) -> Path:
+    """The run's folder on a Dask worker: named by the run's random id (128 bits), so no earlier
+    run, and nothing that cannot see this run's jobs, can have prepared it."""
+    return Path(base or tempfile.gettempdir()) / f"fa-autograde-{os.getuid()}-{bundle.run_id}"
+
+
+def remove_runtime(base: Path) -> None:
+    """Remove a run's folder (its read-only pieces made writable first)."""
     _make_writable(base)
     shutil.rmtree(base, ignore_errors=True)

@@ -15,7 +15,8 @@
 * a clean environment (``--clearenv``): only what the check needs; the seed comes on stdin.
 
 The worker then sets rlimits on itself and everything it starts (CPU seconds, address space,
-processes, file size, no core files). Outside, the parent kills the whole process group after
+processes, file size, no core files). As root, whose processes the kernel does not count against
+RLIMIT_NPROC, each check runs in a pids cgroup of its own (``pids.max``) where one is writable. Outside, the parent kills the whole process group after
 the wall-clock limit and keeps at most ``output_bytes`` of stdout/stderr.
 
 Without ``bwrap`` the job runs in a plain child process in its own session (same limits,
@@ -23,6 +24,7 @@ a private cache folder, no file-system or network isolation), and the report say
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -61,6 +63,62 @@ def _usable_bwrap(path: str | None) -> str | None:
             return None  # not remembered: a probe that timed out on a loaded machine is asked again
         _BWRAP_WORKS[path] = probe.returncode == 0
     return path if _BWRAP_WORKS[path] else None
+
+
+def pids_cgroup() -> Path | None:
+    """A pids cgroup hierarchy this process may make groups in (v1 ``pids``, or v2 with the pids
+    controller), or None. The kernel does not enforce RLIMIT_NPROC for root, so as root a check's
+    process limit is held by a pids.max group of its own instead (it holds for any user)."""
+    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        try:
+            v2 = (base / "cgroup.subtree_control").exists()
+            if v2 and "pids" not in (base / "cgroup.subtree_control").read_text().split():
+                continue
+            if (base / "cgroup.procs").exists() and (v2 or (base / "tasks").exists()) and os.access(base, os.W_OK):
+                return base
+        except OSError:
+            continue
+    return None
+
+
+def process_limit_note() -> str | None:
+    """What the report says when the process limit cannot hold (root without a pids cgroup)."""
+    if os.geteuid() == 0 and pids_cgroup() is None:
+        return ("grading as root without a writable pids cgroup: the kernel does not enforce the process limit "
+                "(RLIMIT_NPROC) for root, so a fork bomb runs until its wall-clock limit; grade as another user")
+    return None
+
+
+class _PidsGroup:
+    """One check's pids cgroup: at most ``limit`` processes, all killed when the check ends."""
+
+    def __init__(self, base: Path, limit: int):
+        import secrets
+
+        self.path = base / f"fa-autograde-{os.getpid()}-{secrets.token_hex(6)}"
+        self.path.mkdir()
+        (self.path / "pids.max").write_text(f"{limit}\n")
+
+    def wrap(self, argv: list) -> list:
+        # the shell joins the group before it execs the sandbox: nothing runs outside it
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def close(self) -> None:
+        for _ in range(200):
+            try:
+                pids = (self.path / "cgroup.procs").read_text().split()
+            except OSError:
+                return
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.02)
 
 
 @dataclass
@@ -140,8 +198,16 @@ def bwrap_command(rt: Runtime, job_dir: Path | None, *, writable_cache: bool, li
     return cmd
 
 
+def _cuda_home(site: str) -> dict:
+    """CUDA_HOME for NVRTC from the pip wheels: the worker runs with ``-S``, where CuPy's library
+    finder does not see the virtual environment's site-packages."""
+    found = sorted(Path(site, "nvidia").glob("cu*/lib/libnvrtc.so*"))
+    return {"CUDA_HOME": str(found[-1].parent.parent)} if found else {}
+
+
 def job_env(rt: Runtime, cache: Path, home: Path, tmp: Path, limits: Limits, threads: int = 1) -> dict:
     return {
+        **_cuda_home(rt.site_packages()),
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "TMPDIR": str(tmp),
@@ -159,7 +225,7 @@ def job_env(rt: Runtime, cache: Path, home: Path, tmp: Path, limits: Limits, thr
 
 @dataclass
 class Outcome:
-    status: str  # "done" | "error" | "timeout" | "died"
+    status: str  # "done" | "error" | "timeout" | "died" | "lost" (never ran to an end: not a score)
     result: dict | None
     output: str  # the first bytes of stdout+stderr
     output_dropped: int
@@ -193,11 +259,55 @@ def _kill_marked(marker: str) -> None:
             pass
 
 
+_RUNNING: set = set()  # the sandboxes started and not yet reaped, so an interrupted run can kill them
+_RUNNING_LOCK = threading.Lock()
+_STOPPED = threading.Event()  # set by kill_running(): no new sandbox starts in this process
+
+
+class Stopped(RuntimeError):
+    """The run was interrupted: this job's sandbox was not started (or was killed)."""
+
+
+def kill_running() -> int:
+    """Kill every sandbox this process started and still runs, and start no new one; returns
+    how many were killed. Used on Ctrl-C / SIGTERM (their checks are then not graded)."""
+    _STOPPED.set()
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(procs)
+
+
+def allow_new_sandboxes() -> None:
+    """Undo kill_running() for a later run in the same process."""
+    _STOPPED.clear()
+
+
+def spawn(argv: list, **popen) -> subprocess.Popen:
+    """Start a sandbox's process in its own session, registered for kill_running()."""
+    with _RUNNING_LOCK:
+        if _STOPPED.is_set():
+            raise Stopped("the run was interrupted")
+        proc = subprocess.Popen(argv, start_new_session=True, **popen)
+        _RUNNING.add(proc)
+    return proc
+
+
+def reap(proc: subprocess.Popen) -> None:
+    with _RUNNING_LOCK:
+        _RUNNING.discard(proc)
+
+
 def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = False) -> Outcome:
     """Run one job (see ``_worker``) and return what came back. Never raises for anything
     the job does; raises only when the sandbox itself cannot be started."""
     import tempfile
 
+    group = None
     r, w = os.pipe()
     private = Path(tempfile.mkdtemp(prefix="job-", dir=rt.scratch))
     marker = f"GRADER_JOB_MARK={os.path.basename(private)}"
@@ -228,10 +338,13 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             popen_env[marker.split("=")[0]] = marker.split("=")[1]
             argv = [sys.executable, "-I", "-S", "-c", BOOT.format(pkg=str(rt.pkg_parent), site=rt.site_packages())]
         job = dict(job, result_fd=w, limits=limits.rlimits())
+        cgroup_base = pids_cgroup() if os.geteuid() == 0 else None
+        if cgroup_base is not None:
+            group = _PidsGroup(cgroup_base, limits.processes)
+            argv = group.wrap(argv)
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                pass_fds=(w,), start_new_session=True, env=popen_env,
-                                cwd=str(private))
+        proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     pass_fds=(w,), env=popen_env, cwd=str(private))
         os.close(w)
         w = -1
         box_out, box_res = {}, {}
@@ -251,6 +364,11 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             proc.wait(timeout=limits.wall_s)
         except subprocess.TimeoutExpired:
             timed_out = True
+        except BaseException:  # Ctrl-C in the thread that waits (the runtime's warm-up): kill, then stop
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            reap(proc)
+            raise
         # Whatever happened, nothing of the job survives it.
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -258,7 +376,12 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             pass
         if not rt.use_bwrap:
             _kill_marked(marker)
+        if group is not None:
+            group.close()
         proc.wait()
+        reap(proc)
+        if _STOPPED.is_set():
+            raise Stopped("the run was interrupted")
         t_res.join(10)
         t_out.join(10)
         seconds = time.monotonic() - t0
@@ -279,6 +402,8 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             status = "died"
         return Outcome(status, result, output, dropped, seconds, proc.returncode)
     finally:
+        if group is not None:
+            group.close()
         for fd in (r, w):
             if fd >= 0:
                 os.close(fd)

@@ -32,6 +32,12 @@ def _insert_after(nb: dict, grade_id: str, *cells) -> dict:
     return nb
 
 
+def _host(code: str) -> str:
+    """Host code only the emulator's g++ build sees: a cheat that knows every kernel is also
+    compiled with NVRTC hides it so, and the sandbox alone must stop what it does."""
+    return f"#ifdef __CUDA_EMULATOR__\n{code}\n#endif"
+
+
 def _kernel(name: str, header: str, body: str, params: str) -> str:
     return f"%%cuda {name}\n{header}\nextern \"C\" __global__ void {name}({params}) {{\n{body}\n}}\n"
 
@@ -41,6 +47,16 @@ RS_PARAMS = "const float* x, const float* s, float* y, int rows, int cols"
 VA_OK = "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) c[i] = a[i] + b[i];"
 RS_OK = ("    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
          "    if (r < rows && c < cols) y[r * cols + c] = s[r] * x[r * cols + c];")
+
+
+def _nvrtc_installed() -> bool:
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+        return True
+    except Exception:  # noqa: BLE001  (ImportError, or a CuPy without its NVRTC library)
+        return False
 
 
 def build(course: Path) -> dict:
@@ -77,8 +93,8 @@ def build(course: Path) -> dict:
         "vector_add = grader.RawKernel(solution_source('vector_add'), 'vector_add')\n"
         "row_scale = grader.RawKernel(solution_source('row_scale'), 'row_scale')\n")),
         "pastes the reference with grader.course.solution_source", 0)
-    seed_kernel = _kernel("vector_add", "#include <stdlib.h>\n#include <stdio.h>",
-                          "    const char* s = getenv(\"GRADER_SEED\");\n"
+    seed_kernel = _kernel("vector_add", _host("#include <stdlib.h>\n#include <stdio.h>"),
+                          "    const char* s = nullptr;\n" + _host("    s = getenv(\"GRADER_SEED\");") + "\n"
                           "    if (threadIdx.x == 0 && blockIdx.x == 0) printf(\"SEED=%s\\n\", s ? s : \"none\");\n" + VA_OK,
                           VA_PARAMS)
     cls["read_seed"] = (_insert_after(fill_answers(released, {**solution, VA: seed_kernel}), "setup", _code(
@@ -91,15 +107,15 @@ def build(course: Path) -> dict:
             c["source"] = "pass  # tests removed"
             m["points"] = 100
     cls["edit_tests"] = (edited, "empties the test cells and sets their points to 100", 0)
-    vandal = _kernel("vector_add", "#include <stdio.h>\n#include <stdlib.h>",
-                     "    if (threadIdx.x == 0 && blockIdx.x == 0) {\n"
+    vandal = _kernel("vector_add", _host("#include <stdio.h>\n#include <stdlib.h>"),
+                     _host("    if (threadIdx.x == 0 && blockIdx.x == 0) {\n"
                      f"        FILE* f = fopen(\"{checks_py}\", \"a\"); if (f) {{ fputs(\"\\ncheck = lambda *a, **k: None\\n\", f); fclose(f); }}\n"
                      f"        f = fopen(\"{gradebook}\", \"w\"); if (f) {{ fputs(\"zeroed\", f); fclose(f); }}\n"
                      f"        f = fopen(\"{victim}\", \"w\"); if (f) {{ fputs(\"{{}}\", f); fclose(f); }}\n"
                      "        const char* cache = getenv(\"GRADER_CACHE_DIR\");\n"
                      "        char p[4096]; if (cache) { snprintf(p, sizeof p, \"%s/launcher/poison\", cache);\n"
                      "        f = fopen(p, \"w\"); if (f) { fputs(\"x\", f); fclose(f); } }\n"
-                     "    }\n" + VA_OK, VA_PARAMS)
+                     "    }") + "\n" + VA_OK, VA_PARAMS)
     cls["vandal"] = (fill_answers(released, {**solution, VA: vandal}),
                      "kernel writes into grader/checks.py, the gradebook, a classmate's notebook, the cache", 6)
     cls["sigint_hang"] = (_insert_after(full, "setup", _code(
@@ -107,24 +123,24 @@ def build(course: Path) -> dict:
         "a Python cell that ignores SIGINT and never ends", 6)
     endless = _kernel("vector_add", "", "    while (true) { }\n", VA_PARAMS)
     cls["endless_kernel"] = (fill_answers(released, {**solution, VA: endless}), "vector_add never ends", 3)
-    flood = _kernel("vector_add", "#include <stdio.h>",
+    flood = _kernel("vector_add", _host("#include <stdio.h>"),
                     "    for (int k = 0; k < 50; ++k) printf(\"flood flood flood flood flood flood flood %d\\n\", k);\n" + VA_OK,
                     VA_PARAMS)
     cls["flood"] = (_insert_after(fill_answers(released, {**solution, VA: flood}), "setup", _code(
         "print('x' * 50_000_000)\n")), "50 MB print, and a printf flood from every thread", 4)  # the flood of 2^24
     # threads runs out of time on that case: it costs vector_add's hidden points, nothing else
-    daemon = _kernel("vector_add", "#include <unistd.h>\n#include <stdio.h>\n#include <stdlib.h>",
-                     "    if (threadIdx.x == 0 && blockIdx.x == 0) {\n"
+    daemon = _kernel("vector_add", _host("#include <unistd.h>\n#include <stdio.h>\n#include <stdlib.h>"),
+                     _host("    if (threadIdx.x == 0 && blockIdx.x == 0) {\n"
                      "        if (fork() == 0) { setsid(); if (fork() == 0) {\n"
                      "            for (int k = 0; k < 40; ++k) { sleep(1);\n"
                      f"                FILE* f = fopen(\"{course}/grading/daemon-was-here\", \"a\"); if (f) {{ fputs(\"x\", f); fclose(f); }} }}\n"
                      "            _exit(0); } _exit(0); }\n"
-                     "    }\n" + VA_OK, VA_PARAMS)
+                     "    }") + "\n" + VA_OK, VA_PARAMS)
     cls["daemon"] = (fill_answers(released, {**solution, VA: daemon}),
                      "kernel leaves a daemon that keeps writing after its check", 6)
-    bomb = _kernel("row_scale", "#include <unistd.h>", "    while (true) fork();\n", RS_PARAMS)
+    bomb = _kernel("row_scale", _host("#include <unistd.h>"), _host("    while (true) fork();"), RS_PARAMS)
     cls["fork_bomb"] = (fill_answers(released, {**solution, RS: bomb}), "row_scale is a fork bomb", 3)
-    crash = _kernel("vector_add", "#include <stdlib.h>", "    abort();\n", VA_PARAMS)
+    crash = _kernel("vector_add", _host("#include <stdlib.h>"), _host("    abort();"), VA_PARAMS)
     cls["crash"] = (fill_answers(released, {**solution, VA: crash}), "vector_add aborts the process", 3)
     shapes = _kernel("vector_add", "",
                      "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -132,6 +148,15 @@ def build(course: Path) -> dict:
                      "    if (i < n) c[i] = known ? a[i] + b[i] : 0.0f;", VA_PARAMS)
     cls["declared_shapes_only"] = (fill_answers(released, {**solution, VA: shapes}),
                                    "vector_add right only on the declared shapes", 4)
+
+    host_cpp = _kernel("vector_add", "#include <vector>\n#include <algorithm>",
+                       "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "    if (i < n) { std::vector<float> v{a[i], b[i]};\n"
+                       "        std::transform(v.begin(), v.begin() + 1, v.begin() + 1, c + i, "
+                       "[](float p, float q) { return p + q; }); }", VA_PARAMS)
+    cls["host_cpp"] = (fill_answers(released, {**solution, VA: host_cpp}),
+                       "vector_add in host C++ (std::vector, std::transform): g++ builds it, NVRTC does not",
+                       3 if _nvrtc_installed() else 6)  # without NVRTC the clean run can only warn (its report)
 
     out = {}
     for student, (nb, what, expected) in cls.items():
