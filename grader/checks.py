@@ -38,10 +38,13 @@ import functools
 import math
 import os
 import secrets
+import sys
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .arrays import BF16, bf16_values, empty, never_written, to_device, to_host, zeros
 from .backend import backend as active_backend
@@ -66,7 +69,8 @@ TOLERANCES = {
 SHOW_MISMATCHES = 5
 
 
-CHECK_TIME_LIMIT = 8.0
+CHECK_TIME_LIMIT = 16.0  # CPU seconds one case's launch may use (the worker's, all threads): 8 s on two idle cores
+PROGRESS_AFTER = 3.0  # seconds a check runs before it says which case it is on
 
 
 def get_exercise(exercise_id: str) -> Exercise:
@@ -448,9 +452,11 @@ def _magnitudes(ex: Exercise, p, inputs) -> dict:
 
 
 def check_time_limit() -> float:
-    """Seconds one case may run on the emulator during a check (``GRADER_CHECK_TIME_LIMIT``). The
-    course's cases take well under a second each; a kernel that never ends is stopped after this,
-    and the cases after it are not run, so one endless loop costs seconds, not a cell's timeout."""
+    """CPU seconds one case may use on the emulator during a check (``GRADER_CHECK_TIME_LIMIT``).
+    CPU time, not time on the clock: a busy machine slows a correct kernel down without adding to
+    it, while a kernel that never ends burns it and is stopped after this (the emulator's wall-clock
+    cap, far above, catches one blocked without using the CPU); the cases after it are not run, so
+    one endless loop costs seconds, not a cell's timeout."""
     if "GRADER_CHECK_TIME_LIMIT" in os.environ:
         return float(os.environ["GRADER_CHECK_TIME_LIMIT"])
     return min(CHECK_TIME_LIMIT, float(os.environ.get("GRADER_TIME_LIMIT", CHECK_TIME_LIMIT)))
@@ -486,11 +492,12 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
         return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}{hint}", fault=True)
     except KernelFault as err:
         text = str(err)
+        what = "failed while running"
         if isinstance(err, KernelTimeoutError):
+            what = "did not finish"
             text = text.replace("raise time_limit (or GRADER_TIME_LIMIT)",
-                                "set GRADER_CHECK_TIME_LIMIT (seconds per case in a check)")
-        return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {text}",
-                          fault=True)
+                                f"set GRADER_CHECK_TIME_LIMIT (CPU seconds per case in a check, now {limit:g})")
+        return CaseResult(c, False, f"case {shown}: the kernel {what} ({type(err).__name__}).\n  {text}", fault=True)
     wrote = changed_inputs(inputs, after)
     if wrote:
         return CaseResult(c, False, f"case {shown}: {wrote}")
@@ -613,9 +620,21 @@ def _mistake_fits(ex, p, inputs, got, expected, be, mags=None) -> tuple[list, se
 
 
 def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool = False, backend: str | None = None,
-              seed: int | None = None, options: tuple = ()) -> CheckResult:
+              seed: int | None = None, options: tuple = (), progress=None) -> CheckResult:
     """Judge ``source`` on an exercise's cases. Pure data in and out, so it can run anywhere.
-    ``exercise_id`` may be an exercise row itself: a variant not in the registry (the autotuner's)."""
+    ``exercise_id`` may be an exercise row itself: a variant not in the registry (the autotuner's).
+    ``progress``, a text stream: once the check has run PROGRESS_AFTER seconds, a line per case there.
+
+    NumPy's BLAS runs on one thread meanwhile: the references and mistake models are small, and
+    OpenBLAS's idle threads spin between calls, so on a busy machine they burned 3 to 4 times the
+    check's own CPU time and slowed it far more than its share of the CPU fell."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run_check(exercise_id, source, include_hidden=include_hidden, backend=backend, seed=seed,
+                          options=options, progress=progress)
+
+
+def _run_check(exercise_id, source: str, *, include_hidden: bool, backend, seed, options: tuple,
+               progress) -> CheckResult:
     from .kernel import RawKernel
 
     ex = exercise_id if not isinstance(exercise_id, str) else get_exercise(exercise_id)
@@ -634,7 +653,9 @@ def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool 
     results = []
     race_name = (ex.race_case or ex.visible_cases()[-1].name) if ex.race_check and be == "cpu" else None
     stuck = None  # the case whose launch ran out of time: the later ones are not run
+    started = time.monotonic()
     for i, c in enumerate(cases):
+        _say_progress(progress, ex.id, i, cases, time.monotonic() - started)
         case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
         race = c.name == race_name
         if stuck is not None:
@@ -653,6 +674,14 @@ def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool 
     if ex.io_check is not None and all(r.passed for r in results):
         results.append(_io_result(ex, compiled, be))
     return CheckResult(ex.id, be, results)
+
+
+def _say_progress(stream, exercise_id: str, i: int, cases: list, elapsed: float) -> None:
+    """A long check says which case it is on; a short one stays silent (its output unchanged)."""
+    if stream is None or elapsed < PROGRESS_AFTER:
+        return
+    print(f"[{exercise_id}] case {i + 1} of {len(cases)}: '{cases[i].name}' ({elapsed:.0f} s so far)",
+          file=stream, flush=True)
 
 
 def _profile_result(ex: Exercise, compiled, be: str) -> CaseResult:
@@ -695,7 +724,7 @@ def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False
     """Check a kernel in a notebook: the visible cases, or with ``hidden=True`` the grading
     cases too. Prints one line per case; raises :class:`CheckFailed` explaining the first
     failure (so an nbgrader test cell fails with that message)."""
-    result = run_check(exercise_id, _source_of(kernel), include_hidden=hidden)
+    result = run_check(exercise_id, _source_of(kernel), include_hidden=hidden, progress=sys.stderr)
     if not quiet:
         print(result.summary())
     first = result.first_failure

@@ -252,8 +252,9 @@ def _pch(compiler: str, flags: list[str]) -> list[str]:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".build-"))
         shutil.copy(tc.EMU_INCLUDE / "emu_runtime.hpp", tmp / "emu_runtime.hpp")
-        done = subprocess.run([compiler, *flags, "-x", "c++-header", str(tmp / "emu_runtime.hpp"),
-                               "-o", str(tmp / "emu_runtime.hpp.gch")], capture_output=True, text=True)
+        with tc.building("precompiled header"):
+            done = subprocess.run([compiler, *flags, "-x", "c++-header", str(tmp / "emu_runtime.hpp"),
+                                   "-o", str(tmp / "emu_runtime.hpp.gch")], capture_output=True, text=True)
         if done.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             return ["-include", "emu_runtime.hpp"]

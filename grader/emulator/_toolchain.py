@@ -1,13 +1,16 @@
 """Compilers, fiber back ends, the cache folder and the launcher executable."""
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import functools
 import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ..errors import BackendUnavailableError
@@ -168,6 +171,24 @@ def runtime_version() -> str:
     return h.hexdigest()[:16]
 
 
+_ANNOUNCED: list = []  # whether this process has said that it builds the runtime
+
+
+@contextlib.contextmanager
+def building(piece: str):
+    """A build of a piece of the runtime (once per grader version and machine): the first says what
+    is being built and about how long it takes, each then how long it took. The wait is otherwise
+    silent, in a notebook (only [*]) as on the command line."""
+    if not _ANNOUNCED:
+        _ANNOUNCED.append(True)
+        print("grader: building the CPU emulator's runtime (its launcher and a precompiled header of the CUDA "
+              "runtime), once for this version of the grader: about a minute on two idle cores, longer on a busy "
+              f"machine. Later launches reuse it from {cache_dir()}.", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    yield
+    print(f"grader: built the emulator's {piece} in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+
+
 def publish_dir(tmp: Path, final: Path) -> None:
     """Move a finished build folder into place; another process may have won the race."""
     try:
@@ -191,7 +212,8 @@ def launcher(backend: str) -> Path:
     ]
     if backend == "boost":
         cmd.append("-lboost_context")
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    with building("launcher"):
+        done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BackendUnavailableError(f"building the emulator's launcher failed:\n{done.stderr[-4000:]}")
