@@ -15,8 +15,10 @@
 * a clean environment (``--clearenv``): only what the check needs; the seed comes on stdin.
 
 The worker then sets rlimits on itself and everything it starts (CPU seconds, address space,
-processes, file size, no core files). Outside, the parent kills the whole process group after
-the wall-clock limit and keeps at most ``output_bytes`` of stdout/stderr.
+processes, file size, no core files): the check's time limit is CPU seconds, its own work, and
+``launch_s`` CPU seconds bound each kernel launch in the emulator. Outside, the parent kills the
+whole process group after the wall-clock cap (far above the CPU limit: a busy machine must not
+fail a check) and keeps at most ``output_bytes`` of stdout/stderr.
 
 Without ``bwrap`` the job runs in a plain child process in its own session (same limits,
 a private cache folder, no file-system or network isolation), and the report says so.
@@ -24,6 +26,7 @@ a private cache folder, no file-system or network isolation), and the report say
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -63,19 +66,30 @@ def _usable_bwrap(path: str | None) -> str | None:
     return path if _BWRAP_WORKS[path] else None
 
 
+WALL_CAP_FACTOR = 10  # a check's wall-clock cap, in multiples of its CPU seconds
+
+
 @dataclass
 class Limits:
-    wall_s: float = 120.0  # the whole check: compile and every case
-    launch_s: float = 20.0  # one kernel launch (GRADER_TIME_LIMIT in the worker)
-    cpu_s: int = 240
+    """What one check may use. Time counts the check's own work, CPU seconds, so a busy machine
+    (more checks than cores, other users) slows a check down without failing it; the wall clock
+    only caps it far above, for a check blocked without using the CPU."""
+
+    cpu_s: float = 120.0  # CPU seconds of the check, compile and every case (RLIMIT_CPU of each of its processes)
+    launch_s: float = 20.0  # CPU seconds of one kernel launch (GRADER_TIME_LIMIT in the worker)
+    wall_s: float | None = None  # the wall-clock cap: WALL_CAP_FACTOR times cpu_s unless given
     address_space: int = 8 << 30
     processes: int = 256
     file_size: int = 256 << 20
     output_bytes: int = 64 << 10
     tmpfs_bytes: int = 512 << 20
 
+    def __post_init__(self):
+        if self.wall_s is None:
+            self.wall_s = self.cpu_s * WALL_CAP_FACTOR
+
     def rlimits(self) -> dict:
-        return {"cpu_s": self.cpu_s, "address_space": self.address_space, "processes": self.processes,
+        return {"cpu_s": math.ceil(self.cpu_s), "address_space": self.address_space, "processes": self.processes,
                 "file_size": self.file_size}
 
 
@@ -193,6 +207,11 @@ def _kill_marked(marker: str) -> None:
             pass
 
 
+def _cpu_limit_signal(returncode: int | None) -> bool:
+    """Whether the job ended on RLIMIT_CPU's SIGXCPU (bwrap passes a signal on as 128 + its number)."""
+    return returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
+
+
 def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = False) -> Outcome:
     """Run one job (see ``_worker``) and return what came back. Never raises for anything
     the job does; raises only when the sandbox itself cannot be started."""
@@ -273,7 +292,7 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
                 result = None
         if result is not None:
             status = "error" if result.get("status") == "error" else "done"
-        elif timed_out:
+        elif timed_out or _cpu_limit_signal(proc.returncode):
             status = "timeout"
         else:
             status = "died"

@@ -157,6 +157,25 @@ def test_an_endless_kernel_costs_one_case(monkeypatch):
     assert rest and all(f"not run: the kernel did not finish case '{first.case.name}'" in r.message for r in rest)
 
 
+def test_a_long_check_says_which_case_it_is_on_and_a_short_one_stays_silent(monkeypatch, capsys):
+    import io
+
+    import grader.checks
+    from grader.course import solution_source
+
+    quiet = io.StringIO()
+    assert run_check("vector_add", solution_source("vector_add"), progress=quiet).passed
+    assert quiet.getvalue() == ""  # well under PROGRESS_AFTER seconds
+    monkeypatch.setattr(grader.checks, "PROGRESS_AFTER", 0.0)
+    said = io.StringIO()
+    result = run_check("vector_add", solution_source("vector_add"), progress=said)
+    lines = said.getvalue().splitlines()
+    n = len(result.results)
+    assert [ln.split(" (")[0] for ln in lines] == [f"[vector_add] case {k + 1} of {n}: '{r.case.name}'"
+                                                   for k, r in enumerate(result.results)]
+    assert all(ln.endswith(" s so far)") for ln in lines)
+
+
 def test_the_check_time_limit_never_exceeds_a_launch_limit(monkeypatch):
     from grader.checks import CHECK_TIME_LIMIT, check_time_limit
 
