@@ -2,6 +2,7 @@
 toolchain, and one failed probe (a subprocess that timed out while the test workers started) does
 not turn the race detector off for the rest of the process: that silently skipped 98 tests and let
 a kernel with a missing barrier pass on one CI worker."""
+import json
 import os
 
 import pytest
@@ -62,3 +63,10 @@ def test_a_cold_runtime_build_says_what_it_builds_once_and_how_long_each_piece_t
     assert str(tmp_path) in err[0]
     assert err[1].startswith("grader: built the emulator's precompiled header in ") and err[1].endswith(" s")
     assert err[2].startswith("grader: built the emulator's launcher in ")
+    # After a grader update the next build says how long this one took.
+    monkeypatch.setattr(_toolchain, "_ANNOUNCED", [])
+    monkeypatch.setattr(_toolchain, "runtime_version", lambda: "next-version")
+    _toolchain.launcher("ucontext")
+    took = sum(json.loads((tmp_path / _toolchain.BUILD_TIMES).read_text()).values())
+    assert f"once for this version of the grader: the last build on this machine took {took:.0f} s." in \
+        capsys.readouterr().err
