@@ -89,6 +89,32 @@ def _busy_launch(limit: float):
     return report
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: as many threads either way")
+def test_the_worker_runs_as_many_threads_as_the_process_has_cores(crowded_core):
+    # Not os.cpu_count(): more threads than the cores one may use only take turns.
+    kernel(BUSY, "busy").launch((1, 1, 1), (1, 1, 1), [np.zeros(1, np.float32), np.int32(1)], 0)
+    assert [w.threads for w in emulator._WORKERS.values()] == [1]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: one BLAS thread either way")
+def test_numpy_blas_runs_on_one_thread_during_a_check(built, monkeypatch):
+    # OpenBLAS's idle threads spin between calls: on a busy machine they burned 3 to 4 times a
+    # failing check's own CPU time in its references and mistake models.
+    from threadpoolctl import threadpool_info
+
+    seen = []
+    launch = emulator.EmulatedKernel.launch
+
+    def watched(self, *args, **kw):
+        seen.extend(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+        return launch(self, *args, **kw)
+
+    monkeypatch.setattr(emulator.EmulatedKernel, "launch", watched)
+    assert run_check("vector_add", SLOW_VECTOR_ADD).passed
+    assert seen and set(seen) == {1}, seen
+    assert any(pool["num_threads"] > 1 for pool in threadpool_info() if pool["user_api"] == "blas")  # restored
+
+
 def test_a_correct_kernel_on_a_crowded_core_finishes_past_its_limit_on_the_clock(crowded_core):
     report = _busy_launch(limit=1.0)
     # The launch took longer on the clock than its limit, but its own work stayed within it.
