@@ -39,6 +39,7 @@ import math
 import os
 import secrets
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -644,44 +645,76 @@ def _run_check(exercise_id, source: str, *, include_hidden: bool, backend, seed,
         return run_triton_check(ex, source, include_hidden=include_hidden, backend=backend, seed=seed)
     be = backend or active_backend()
     cases = ex.cases if include_hidden else ex.visible_cases()
+    progress = _Progress(progress, ex.id)
     try:
+        progress.step("compiling the kernel")
         compiled = RawKernel(source, ex.kernel, options=ex.options + tuple(options), backend=be).compile()
     except CourseError as err:
         msg = f"the kernel could not be built.\n  {err}\n  expected signature: {ex.signature}"
         return CheckResult(ex.id, be, [CaseResult(c, False, f"case {c.describe()}: {msg}") for c in cases[:1]])
+    finally:
+        progress.stop()
     base = grading_seed() if seed is None else seed
     results = []
     race_name = (ex.race_case or ex.visible_cases()[-1].name) if ex.race_check and be == "cpu" else None
     stuck = None  # the case whose launch ran out of time: the later ones are not run
-    started = time.monotonic()
-    for i, c in enumerate(cases):
-        _say_progress(progress, ex.id, i, cases, time.monotonic() - started)
-        case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
-        race = c.name == race_name
-        if stuck is not None:
-            results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: not run: the kernel did not finish "
-                                                f"case '{stuck}'", fault=True))
-            continue
-        try:
-            results.append(run_case(ex, compiled, c, case_seed, be, race_check=race))
-        except CourseError as err:
-            results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}", fault=True))
-        if "(KernelTimeoutError)" in results[-1].message:
-            stuck = c.name
-    _fit_every_case(results)
-    if ex.profile_check is not None and all(r.passed for r in results):
-        results.append(_profile_result(ex, compiled, be))
-    if ex.io_check is not None and all(r.passed for r in results):
-        results.append(_io_result(ex, compiled, be))
+    try:
+        for i, c in enumerate(cases):
+            case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
+            race = c.name == race_name
+            if stuck is not None:
+                results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: not run: the kernel did not "
+                                                    f"finish case '{stuck}'", fault=True))
+                continue
+            progress.step(f"case {i + 1} of {len(cases)}: '{c.name}'" + (", with the race check" if race else ""))
+            try:
+                results.append(run_case(ex, compiled, c, case_seed, be, race_check=race))
+            except CourseError as err:
+                results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}", fault=True))
+            if "(KernelTimeoutError)" in results[-1].message:
+                stuck = c.name
+        _fit_every_case(results)
+        if ex.profile_check is not None and all(r.passed for r in results):
+            progress.step("the memory profile")
+            results.append(_profile_result(ex, compiled, be))
+        if ex.io_check is not None and all(r.passed for r in results):
+            progress.step("the bytes moved")
+            results.append(_io_result(ex, compiled, be))
+    finally:
+        progress.stop()
     return CheckResult(ex.id, be, results)
 
 
-def _say_progress(stream, exercise_id: str, i: int, cases: list, elapsed: float) -> None:
-    """A long check says which case it is on; a short one stays silent (its output unchanged)."""
-    if stream is None or elapsed < PROGRESS_AFTER:
-        return
-    print(f"[{exercise_id}] case {i + 1} of {len(cases)}: '{cases[i].name}' ({elapsed:.0f} s so far)",
-          file=stream, flush=True)
+class _Progress:
+    """What a long check is doing, one line per step on ``stream``: a step is shown once the check
+    has run PROGRESS_AFTER seconds (at once, or from a timer while the step still runs), so a short
+    check stays silent, its output unchanged, and a long compile or case is named while it runs."""
+
+    def __init__(self, stream, exercise_id: str):
+        self.stream, self.exercise_id = stream, exercise_id
+        self.started = time.monotonic()
+        self.timer: threading.Timer | None = None
+
+    def step(self, what: str) -> None:
+        self.stop()
+        if self.stream is None:
+            return
+        wait = PROGRESS_AFTER - (time.monotonic() - self.started)
+        if wait <= 0:
+            self._say(what)
+        else:
+            self.timer = threading.Timer(wait, self._say, (what,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _say(self, what: str) -> None:
+        print(f"[{self.exercise_id}] {what} ({time.monotonic() - self.started:.0f} s so far)", file=self.stream,
+              flush=True)
 
 
 def _profile_result(ex: Exercise, compiled, be: str) -> CaseResult:

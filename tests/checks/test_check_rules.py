@@ -171,9 +171,28 @@ def test_a_long_check_says_which_case_it_is_on_and_a_short_one_stays_silent(monk
     result = run_check("vector_add", solution_source("vector_add"), progress=said)
     lines = said.getvalue().splitlines()
     n = len(result.results)
-    assert [ln.split(" (")[0] for ln in lines] == [f"[vector_add] case {k + 1} of {n}: '{r.case.name}'"
-                                                   for k, r in enumerate(result.results)]
+    assert [ln.split(" (")[0] for ln in lines] == ["[vector_add] compiling the kernel"] + [
+        f"[vector_add] case {k + 1} of {n}: '{r.case.name}'" for k, r in enumerate(result.results)]
     assert all(ln.endswith(" s so far)") for ln in lines)
+
+
+def test_a_step_still_running_after_a_few_seconds_is_named_while_it_runs(monkeypatch):
+    import io
+    import re
+    import time
+
+    import grader.checks
+
+    monkeypatch.setattr(grader.checks, "PROGRESS_AFTER", 0.2)
+    said = io.StringIO()
+    progress = grader.checks._Progress(said, "vector_add")
+    progress.step("compiling the kernel")
+    progress.step("case 1 of 2: 'slow'")  # replaces the step before it was shown
+    time.sleep(0.6)
+    assert re.fullmatch(r"\[vector_add\] case 1 of 2: 'slow' \(\d+ s so far\)\n", said.getvalue())
+    progress.step("case 2 of 2: 'late'")  # past PROGRESS_AFTER: shown at once
+    progress.stop()
+    assert said.getvalue().splitlines()[-1].startswith("[vector_add] case 2 of 2: 'late' (")
 
 
 def test_the_check_time_limit_never_exceeds_a_launch_limit(monkeypatch):
