@@ -174,7 +174,7 @@ def _clean_notebook(lay, answers: dict, cell_results: dict, info: dict) -> dict:
 
 def _short(outcome, result) -> str:
     if outcome.status == "timeout":
-        return "hang: killed after the wall-clock limit"
+        return "hang: killed at its time limit (the CPU seconds of its processes, or the wall-clock cap)"
     if outcome.status == "died":
         return f"worker died twice (exit {outcome.returncode})"
     if outcome.status == "error":

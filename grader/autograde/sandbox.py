@@ -15,10 +15,11 @@
 * a clean environment (``--clearenv``): only what the check needs; the seed comes on stdin.
 
 The worker then sets rlimits on itself and everything it starts (CPU seconds, address space,
-processes, file size, no core files): the check's time limit is CPU seconds, its own work, and
-``launch_s`` CPU seconds bound each kernel launch in the emulator. Outside, the parent kills the
-whole process group after the wall-clock cap (far above the CPU limit: a busy machine must not
-fail a check) and keeps at most ``output_bytes`` of stdout/stderr.
+processes, file size, no core files). The check's time limit is CPU seconds, its own work:
+outside, the parent adds up the CPU time of the job's processes (``job_cpu_seconds``) and kills
+the whole process group at ``cpu_s``, or at the wall-clock cap far above it (a busy machine must
+not fail a check); ``launch_s`` CPU seconds bound each kernel launch in the emulator. The parent
+keeps at most ``output_bytes`` of stdout/stderr.
 
 Without ``bwrap`` the job runs in a plain child process in its own session (same limits,
 a private cache folder, no file-system or network isolation), and the report says so.
@@ -207,6 +208,49 @@ def _kill_marked(marker: str) -> None:
             pass
 
 
+CPU_POLL_S = 1.0  # how often a running job's CPU time is read
+
+
+def job_cpu_seconds(root: int) -> float:
+    """CPU seconds of a process and every live descendant, with the children each has reaped (bwrap,
+    the namespace's init, reaps orphans): the job's own work over all its processes, which per-process
+    RLIMIT_CPU alone would let a job multiply by starting more processes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, used = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parent[int(d)] = int(fields[1])
+        used[int(d)] = sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
+    total, todo = 0.0, [root]
+    children: dict = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
+def _wait_within(proc: subprocess.Popen, limits: Limits, t0: float) -> bool:
+    """Wait for the job; True when it ran out of time: its CPU seconds over all its processes, or
+    the wall-clock cap far above them."""
+    while True:
+        try:
+            proc.wait(timeout=CPU_POLL_S)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() - t0 >= limits.wall_s or job_cpu_seconds(proc.pid) >= limits.cpu_s:
+            return True
+
+
 def _cpu_limit_signal(returncode: int | None) -> bool:
     """Whether the job ended on RLIMIT_CPU's SIGXCPU (bwrap passes a signal on as 128 + its number)."""
     return returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
@@ -265,11 +309,7 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             proc.stdin.close()
         except OSError:
             pass
-        timed_out = False
-        try:
-            proc.wait(timeout=limits.wall_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = _wait_within(proc, limits, t0)
         # Whatever happened, nothing of the job survives it.
         try:
             os.killpg(proc.pid, signal.SIGKILL)
