@@ -53,7 +53,7 @@ def _check(args) -> int:
         if args.backend:
             set_backend(args.backend)
         source = Path(args.file).read_text()
-        result = run_check(args.exercise, source, include_hidden=args.all, seed=args.seed)
+        result = run_check(args.exercise, source, include_hidden=args.all, seed=args.seed, progress=sys.stderr)
     except (CourseError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -38,10 +38,14 @@ import functools
 import math
 import os
 import secrets
+import sys
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .arrays import BF16, bf16_values, empty, never_written, to_device, to_host, zeros
 from .backend import backend as active_backend
@@ -66,7 +70,8 @@ TOLERANCES = {
 SHOW_MISMATCHES = 5
 
 
-CHECK_TIME_LIMIT = 8.0
+CHECK_TIME_LIMIT = 16.0  # CPU seconds one case's launch may use (the worker's, all threads): 8 s on two idle cores
+PROGRESS_AFTER = 3.0  # seconds a check runs before it says which case it is on
 
 
 def get_exercise(exercise_id: str) -> Exercise:
@@ -450,9 +455,11 @@ def _magnitudes(ex: Exercise, p, inputs) -> dict:
 
 
 def check_time_limit() -> float:
-    """Seconds one case may run on the emulator during a check (``GRADER_CHECK_TIME_LIMIT``). The
-    course's cases take well under a second each; a kernel that never ends is stopped after this,
-    and the cases after it are not run, so one endless loop costs seconds, not a cell's timeout."""
+    """CPU seconds one case may use on the emulator during a check (``GRADER_CHECK_TIME_LIMIT``).
+    CPU time, not time on the clock: a busy machine slows a correct kernel down without adding to
+    it, while a kernel that never ends burns it and is stopped after this (the emulator's wall-clock
+    cap, far above, catches one blocked without using the CPU); the cases after it are not run, so
+    one endless loop costs seconds, not a cell's timeout."""
     if "GRADER_CHECK_TIME_LIMIT" in os.environ:
         return float(os.environ["GRADER_CHECK_TIME_LIMIT"])
     return min(CHECK_TIME_LIMIT, float(os.environ.get("GRADER_TIME_LIMIT", CHECK_TIME_LIMIT)))
@@ -488,11 +495,12 @@ def run_case(ex: Exercise, compiled, c: Case, seed: int, be: str, race_check: bo
         return CaseResult(c, False, f"case {shown}: threads race on memory.\n  {err}{hint}", fault=True)
     except KernelFault as err:
         text = str(err)
+        what = "failed while running"
         if isinstance(err, KernelTimeoutError):
+            what = "did not finish"
             text = text.replace("raise time_limit (or GRADER_TIME_LIMIT)",
-                                "set GRADER_CHECK_TIME_LIMIT (seconds per case in a check)")
-        return CaseResult(c, False, f"case {shown}: the kernel failed while running ({type(err).__name__}).\n  {text}",
-                          fault=True)
+                                f"set GRADER_CHECK_TIME_LIMIT (CPU seconds per case in a check, now {limit:g})")
+        return CaseResult(c, False, f"case {shown}: the kernel {what} ({type(err).__name__}).\n  {text}", fault=True)
     wrote = changed_inputs(inputs, after)
     if wrote:
         return CaseResult(c, False, f"case {shown}: {wrote}")
@@ -623,9 +631,21 @@ def _passed_visible(ex: Exercise, be: str, options: tuple, source: str) -> dict:
 
 
 def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool = False, backend: str | None = None,
-              seed: int | None = None, options: tuple = ()) -> CheckResult:
+              seed: int | None = None, options: tuple = (), progress=None) -> CheckResult:
     """Judge ``source`` on an exercise's cases. Pure data in and out, so it can run anywhere.
-    ``exercise_id`` may be an exercise row itself: a variant not in the registry (the autotuner's)."""
+    ``exercise_id`` may be an exercise row itself: a variant not in the registry (the autotuner's).
+    ``progress``, a text stream: once the check has run PROGRESS_AFTER seconds, a line per case there.
+
+    NumPy's BLAS runs on one thread meanwhile: the references and mistake models are small, and
+    OpenBLAS's idle threads spin between calls, so on a busy machine they burned 3 to 4 times the
+    check's own CPU time and slowed it far more than its share of the CPU fell."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run_check(exercise_id, source, include_hidden=include_hidden, backend=backend, seed=seed,
+                          options=options, progress=progress)
+
+
+def _run_check(exercise_id, source: str, *, include_hidden: bool, backend, seed, options: tuple,
+               progress) -> CheckResult:
     from .kernel import RawKernel
 
     ex = exercise_id if not isinstance(exercise_id, str) else get_exercise(exercise_id)
@@ -635,40 +655,82 @@ def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool 
         return run_triton_check(ex, source, include_hidden=include_hidden, backend=backend, seed=seed)
     be = backend or active_backend()
     cases = ex.cases if include_hidden else ex.visible_cases()
+    progress = _Progress(progress, ex.id)
     try:
+        progress.step("compiling the kernel")
         compiled = RawKernel(source, ex.kernel, options=ex.options + tuple(options), backend=be).compile()
     except CourseError as err:
         msg = f"the kernel could not be built.\n  {err}\n  expected signature: {ex.signature}"
         return CheckResult(ex.id, be, [CaseResult(c, False, f"case {c.describe()}: {msg}") for c in cases[:1]])
+    finally:
+        progress.stop()
     base = grading_seed() if seed is None else seed
     results = []
     race_name = (ex.race_case or ex.visible_cases()[-1].name) if ex.race_check and be == "cpu" else None
     stuck = None  # the case whose launch ran out of time: the later ones are not run
     passed = _passed_visible(ex, be, ex.options + tuple(options), source)
-    for i, c in enumerate(cases):
-        case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
-        race = c.name == race_name
-        if stuck is not None:
-            results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: not run: the kernel did not finish "
-                                                f"case '{stuck}'", fault=True))
-            continue
-        if not c.hidden and (c.name, case_seed, race) in passed:
-            results.append(replace(passed[c.name, case_seed, race]))
-            continue
-        try:
-            results.append(run_case(ex, compiled, c, case_seed, be, race_check=race))
-            if not c.hidden and results[-1].passed:
-                passed[c.name, case_seed, race] = results[-1]
-        except CourseError as err:
-            results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}", fault=True))
-        if "(KernelTimeoutError)" in results[-1].message:
-            stuck = c.name
-    _fit_every_case(results)
-    if ex.profile_check is not None and all(r.passed for r in results):
-        results.append(_profile_result(ex, compiled, be))
-    if ex.io_check is not None and all(r.passed for r in results):
-        results.append(_io_result(ex, compiled, be))
+    try:
+        for i, c in enumerate(cases):
+            case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
+            race = c.name == race_name
+            if stuck is not None:
+                results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: not run: the kernel did not "
+                                                    f"finish case '{stuck}'", fault=True))
+                continue
+            if not c.hidden and (c.name, case_seed, race) in passed:
+                results.append(replace(passed[c.name, case_seed, race]))
+                continue
+            progress.step(f"case {i + 1} of {len(cases)}: '{c.name}'" + (", with the race check" if race else ""))
+            try:
+                results.append(run_case(ex, compiled, c, case_seed, be, race_check=race))
+                if not c.hidden and results[-1].passed:
+                    passed[c.name, case_seed, race] = results[-1]
+            except CourseError as err:
+                results.append(CaseResult(c, False, f"case {c.describe(not c.hidden)}: {err}", fault=True))
+            if "(KernelTimeoutError)" in results[-1].message:
+                stuck = c.name
+        _fit_every_case(results)
+        if ex.profile_check is not None and all(r.passed for r in results):
+            progress.step("the memory profile")
+            results.append(_profile_result(ex, compiled, be))
+        if ex.io_check is not None and all(r.passed for r in results):
+            progress.step("the bytes moved")
+            results.append(_io_result(ex, compiled, be))
+    finally:
+        progress.stop()
     return CheckResult(ex.id, be, results)
+
+
+class _Progress:
+    """What a long check is doing, one line per step on ``stream``: a step is shown once the check
+    has run PROGRESS_AFTER seconds (at once, or from a timer while the step still runs), so a short
+    check stays silent, its output unchanged, and a long compile or case is named while it runs."""
+
+    def __init__(self, stream, exercise_id: str):
+        self.stream, self.exercise_id = stream, exercise_id
+        self.started = time.monotonic()
+        self.timer: threading.Timer | None = None
+
+    def step(self, what: str) -> None:
+        self.stop()
+        if self.stream is None:
+            return
+        wait = PROGRESS_AFTER - (time.monotonic() - self.started)
+        if wait <= 0:
+            self._say(what)
+        else:
+            self.timer = threading.Timer(wait, self._say, (what,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _say(self, what: str) -> None:
+        print(f"[{self.exercise_id}] {what} ({time.monotonic() - self.started:.0f} s so far)", file=self.stream,
+              flush=True)
 
 
 def _profile_result(ex: Exercise, compiled, be: str) -> CaseResult:
@@ -711,7 +773,7 @@ def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False
     """Check a kernel in a notebook: the visible cases, or with ``hidden=True`` the grading
     cases too. Prints one line per case; raises :class:`CheckFailed` explaining the first
     failure (so an nbgrader test cell fails with that message)."""
-    result = run_check(exercise_id, _source_of(kernel), include_hidden=hidden)
+    result = run_check(exercise_id, _source_of(kernel), include_hidden=hidden, progress=sys.stderr)
     if not quiet:
         print(result.summary())
     first = result.first_failure

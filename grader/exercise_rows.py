@@ -135,7 +135,7 @@ class TritonExercise:
     work_check: Callable | None = None
     work_case: str | None = None
     hidden_sizes: dict = field(default_factory=dict)  # as Exercise.hidden_sizes
-    time_limit: float = 60.0  # seconds per case in the interpreter
+    time_limit: float = 60.0  # CPU seconds per case in the interpreter
     # p -> (rtol, atol) every output gets on this case, on every backend, in place of its dtype's: float32
     # outputs of products taken in half precision (the backward's tl.dot on P and dS), whose precision is
     # the inputs' dtype, not the outputs'

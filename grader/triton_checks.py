@@ -97,7 +97,7 @@ def run_triton_check(ex, source: str, *, include_hidden: bool = False, backend: 
             continue
         res = run_case(ex, launcher, str(path), c, _case_seed(c, i, base), be)
         results.append(res)
-        if "ran past" in res.message and res.fault:
+        if ts.STOPPED in res.message and res.fault:
             stuck = c.name
     if ex.work_check is not None and all(r.passed for r in results):
         results.append(_work_result(ex, launcher, str(path), be))

@@ -465,22 +465,37 @@ def student_traceback(err: BaseException, cell_file: str) -> str:
 
 @contextmanager
 def time_limit(seconds: float | None):
-    """Raise :class:`LaunchTimeout` in the launcher after ``seconds`` (main thread only: the
-    interpreter runs Python, so an alarm interrupts a kernel's endless loop)."""
+    """Raise :class:`LaunchTimeout` in the launcher after ``seconds`` of this process's CPU time
+    (its own work: a busy machine slows it without failing it), or WALL_CAP_FACTOR times that on
+    the clock (main thread only: the interpreter runs Python, so a signal interrupts a kernel's
+    endless loop)."""
     if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
+    from .emulator import WALL_CAP_FACTOR
 
-    def on_alarm(signum, frame):
-        raise LaunchTimeout(f"the launch ran past {seconds:g} s (an endless loop? a far too large grid?)")
+    cap = seconds * WALL_CAP_FACTOR
 
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def on_signal(signum, frame):
+        if signum == signal.SIGPROF:
+            raise LaunchTimeout(f"{STOPPED} {seconds:g} s of CPU time, its time limit (an endless loop? a far too "
+                                "large grid?)")
+        raise LaunchTimeout(f"{STOPPED} {cap:g} s on the clock, its wall-clock cap (blocked, or the machine "
+                            "overloaded?)")
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGPROF, signal.SIGALRM)}
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, cap)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+STOPPED = "the launch was stopped after"  # how a time limit's message starts
 
 
 def synchronize() -> None:

@@ -248,7 +248,7 @@ def _short(outcome, result) -> str:
         return "NOT GRADED (the check did not run: " + outcome.output.splitlines()[0][:160] + ")" \
             if outcome.output else "NOT GRADED (the check did not run)"
     if outcome.status == "timeout":
-        return "hang: killed after the wall-clock limit"
+        return "hang: killed at its time limit (the CPU seconds of its processes, or the wall-clock cap)"
     if outcome.status == "died":
         return f"worker died twice (exit {outcome.returncode})"
     if outcome.status == "error":

@@ -22,7 +22,7 @@ def _stop(signum, frame):
 
 def main(argv=None) -> int:
     from . import autograde
-    from .sandbox import Limits
+    from .sandbox import WALL_CAP_FACTOR, Limits
 
     p = argparse.ArgumentParser(prog="python -m grader autograde",
                                 description="grade the submissions of one or more modules in clean, sandboxed processes and write "
@@ -36,8 +36,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, help="run seed (default: GRADER_SEED, else fresh; saved in report.json)")
     p.add_argument("--backend", choices=["cpu", "gpu"], default="cpu", help="cpu: the emulator (default)")
     p.add_argument("--db", help="gradebook URL or path (default: grading/gradebook.db)")
-    p.add_argument("--time-limit", type=float, default=120.0, help="wall-clock seconds per check (default 120)")
-    p.add_argument("--launch-limit", type=float, default=20.0, help="seconds per kernel launch (default 20)")
+    p.add_argument("--time-limit", type=float, default=120.0, help="CPU seconds per check (default 120; the wall-clock "
+                                                                    f"cap is {WALL_CAP_FACTOR} times that)")
+    p.add_argument("--launch-limit", type=float, default=20.0, help="CPU seconds per kernel launch (default 20)")
     p.add_argument("--memory", type=float, default=8.0, help="GiB of address space per check (default 8)")
     p.add_argument("--fixed-shapes", action="store_true", help="hidden cases keep their declared shapes")
     p.add_argument("--grader-ref", help="copy grader/ from this git commit instead of the working tree")
@@ -46,8 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-notebooks", action="store_true", help="do not write grading/autograded notebooks")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
-    limits = Limits(wall_s=a.time_limit, launch_s=a.launch_limit, cpu_s=int(a.time_limit * 2) + 10,
-                    address_space=int(a.memory * (1 << 30)))
+    limits = Limits(cpu_s=a.time_limit, launch_s=a.launch_limit, address_space=int(a.memory * (1 << 30)))
     signal.signal(signal.SIGTERM, _stop)
     try:
         out = autograde(a.module[0] if len(a.module) == 1 else a.module, submissions=a.submissions,

@@ -16,8 +16,11 @@
 
 The worker then sets rlimits on itself and everything it starts (CPU seconds, address space,
 processes, file size, no core files). As root, whose processes the kernel does not count against
-RLIMIT_NPROC, each check runs in a pids cgroup of its own (``pids.max``) where one is writable. Outside, the parent kills the whole process group after
-the wall-clock limit and keeps at most ``output_bytes`` of stdout/stderr.
+RLIMIT_NPROC, each check runs in a pids cgroup of its own (``pids.max``) where one is writable. The
+check's time limit is CPU seconds, its own work: outside, the parent adds up the CPU time of the
+job's processes (``job_cpu_seconds``) and kills the whole process group at ``cpu_s``, or at the
+wall-clock cap far above it (a busy machine must not fail a check); ``launch_s`` CPU seconds bound
+each kernel launch in the emulator. The parent keeps at most ``output_bytes`` of stdout/stderr.
 
 Without ``bwrap`` the job runs in a plain child process in its own session (same limits,
 a private cache folder, no file-system or network isolation), and the report says so.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -121,19 +125,30 @@ class _PidsGroup:
                 time.sleep(0.02)
 
 
+WALL_CAP_FACTOR = 10  # a check's wall-clock cap, in multiples of its CPU seconds
+
+
 @dataclass
 class Limits:
-    wall_s: float = 120.0  # the whole check: compile and every case
-    launch_s: float = 20.0  # one kernel launch (GRADER_TIME_LIMIT in the worker)
-    cpu_s: int = 240
+    """What one check may use. Time counts the check's own work, CPU seconds, so a busy machine
+    (more checks than cores, other users) slows a check down without failing it; the wall clock
+    only caps it far above, for a check blocked without using the CPU."""
+
+    cpu_s: float = 120.0  # CPU seconds of the check, compile and every case (RLIMIT_CPU of each of its processes)
+    launch_s: float = 20.0  # CPU seconds of one kernel launch (GRADER_TIME_LIMIT in the worker)
+    wall_s: float | None = None  # the wall-clock cap: WALL_CAP_FACTOR times cpu_s unless given
     address_space: int = 8 << 30
     processes: int = 256
     file_size: int = 256 << 20
     output_bytes: int = 64 << 10
     tmpfs_bytes: int = 512 << 20
 
+    def __post_init__(self):
+        if self.wall_s is None:
+            self.wall_s = self.cpu_s * WALL_CAP_FACTOR
+
     def rlimits(self) -> dict:
-        return {"cpu_s": self.cpu_s, "address_space": self.address_space, "processes": self.processes,
+        return {"cpu_s": math.ceil(self.cpu_s), "address_space": self.address_space, "processes": self.processes,
                 "file_size": self.file_size}
 
 
@@ -302,6 +317,54 @@ def reap(proc: subprocess.Popen) -> None:
         _RUNNING.discard(proc)
 
 
+CPU_POLL_S = 1.0  # how often a running job's CPU time is read
+
+
+def job_cpu_seconds(root: int) -> float:
+    """CPU seconds of a process and every live descendant, with the children each has reaped (bwrap,
+    the namespace's init, reaps orphans): the job's own work over all its processes, which per-process
+    RLIMIT_CPU alone would let a job multiply by starting more processes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, used = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parent[int(d)] = int(fields[1])
+        used[int(d)] = sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
+    total, todo = 0.0, [root]
+    children: dict = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
+def _wait_within(proc: subprocess.Popen, limits: Limits, t0: float) -> bool:
+    """Wait for the job; True when it ran out of time: its CPU seconds over all its processes, or
+    the wall-clock cap far above them."""
+    while True:
+        try:
+            proc.wait(timeout=CPU_POLL_S)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() - t0 >= limits.wall_s or job_cpu_seconds(proc.pid) >= limits.cpu_s:
+            return True
+
+
+def _cpu_limit_signal(returncode: int | None) -> bool:
+    """Whether the job ended on RLIMIT_CPU's SIGXCPU (bwrap passes a signal on as 128 + its number)."""
+    return returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
+
+
 def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = False) -> Outcome:
     """Run one job (see ``_worker``) and return what came back. Never raises for anything
     the job does; raises only when the sandbox itself cannot be started."""
@@ -359,11 +422,8 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
             proc.stdin.close()
         except OSError:
             pass
-        timed_out = False
         try:
-            proc.wait(timeout=limits.wall_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = _wait_within(proc, limits, t0)
         except BaseException:  # Ctrl-C in the thread that waits (the runtime's warm-up): kill, then stop
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -396,7 +456,7 @@ def run_job(rt: Runtime, job: dict, limits: Limits, *, writable_cache: bool = Fa
                 result = None
         if result is not None:
             status = "error" if result.get("status") == "error" else "done"
-        elif timed_out:
+        elif timed_out or _cpu_limit_signal(proc.returncode):
             status = "timeout"
         else:
             status = "died"

@@ -10,8 +10,11 @@ process, so a crash or an endless loop costs only the worker, which is restarted
 What it checks, with messages that name the kernel, block, thread, array and source line:
 out-of-bounds global accesses (arrays sit against PROT_NONE guard pages), shared and local
 array overruns (``-fsanitize=bounds``), dynamic shared memory overruns, divergent
-``__syncthreads()`` and warp collectives some lanes never reach, the time limit
-(``time_limit`` or ``GRADER_TIME_LIMIT``, default 20 s), ``assert``/``__trap()``, stack
+``__syncthreads()`` and warp collectives some lanes never reach, the time limit (CPU seconds
+the worker spends on the launch, all its threads: ``time_limit`` or ``GRADER_TIME_LIMIT``, default
+20; a busy machine slows a kernel down but adds no CPU time, while a spinning fiber burns it, so
+an endless loop is still stopped at once; a wall-clock cap of WALL_CAP_FACTOR times the limit
+stops a kernel blocked without using the CPU), ``assert``/``__trap()``, stack
 overflow, integer division by zero, and (``race_check=True``) results that change under a
 second legal schedule: threads and blocks in reverse order, and a deterministic race detector,
 see below. Shared memory starts as 0xFF bytes
@@ -95,7 +98,8 @@ RACE_DETECTOR_MISSING = (
 )
 STATIC_SHARED_LIMIT = 48 * 1024
 SHARED_LIMIT = 227 * 1024
-DEFAULT_TIME_LIMIT = 20.0
+DEFAULT_TIME_LIMIT = 20.0  # CPU seconds of one launch
+WALL_CAP_FACTOR = 20  # a launch's wall-clock cap, in multiples of its CPU limit: a machine 20 times oversubscribed
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,8 @@ class IOCounts:
 class LaunchReport:
     printed: str
     io: IOCounts | None
-    seconds: float
+    seconds: float  # on the clock, as the caller waited
+    cpu_seconds: float = 0.0  # the worker's CPU time (every run of the launch, all threads): what the limit counts
     profile: Profile | None = None  # with profile=True: memory requests per source line
 
 
@@ -233,21 +238,23 @@ class EmulatedKernel:
         start = time.perf_counter()
         with _LOCK:
             backend = fiber_backend()
-            first, io, printed, sites = self._run(backend, lib, grid, block, shared_mem, args, limit, reverse=False,
+            first, io, printed, sites, cpu = self._run(backend, lib, grid, block, shared_mem, args, limit, reverse=False,
                                                   align_start=False, count_io=count_io, profile=profile)
             if race_check:
                 # The second run is the clang build under the race detector (when clang is
                 # here), in the other schedule: a race it sees is reported with both threads and
                 # lines; one it cannot see may still change the results, which are compared.
                 race_lib = self._race_lib()
-                second, _, _, _ = self._run(backend, race_lib or lib, grid, block, shared_mem, args, limit,
-                                            reverse=True, align_start=True, count_io=False,
-                                            race=race_lib is not None)
+                second, _, _, _, cpu2 = self._run(backend, race_lib or lib, grid, block, shared_mem, args, limit,
+                                                  reverse=True, align_start=True, count_io=False,
+                                                  race=race_lib is not None)
+                cpu += cpu2
                 self._compare(args, first, second, detector=race_lib is not None)
             for i, data in first.items():
                 args[i].reshape(-1).view(np.uint8)[:] = data
         prof = build_profile(self.name, lib.path, lib.source_lines, sites) if profile else None
-        return LaunchReport(printed=printed, io=io, seconds=time.perf_counter() - start, profile=prof)
+        return LaunchReport(printed=printed, io=io, seconds=time.perf_counter() - start, profile=prof,
+                            cpu_seconds=cpu)
 
     def _race_lib(self) -> Library | None:
         """The traced (clang) build the race detector needs, or None without clang."""
@@ -277,7 +284,7 @@ class EmulatedKernel:
     def _run(self, backend, lib, grid, block, shared_mem, args, limit, *, reverse, align_start, count_io, race=False,
              profile=False):
         """One run in the worker: (outputs as arg index -> raw bytes, IOCounts or None, printed,
-        profile sites)."""
+        profile sites, CPU seconds)."""
         try:
             worker = _get_worker(backend)
             lib_id = worker.load(str(lib.path))
@@ -286,7 +293,8 @@ class EmulatedKernel:
             slots = worker.layout(args, align_start=align_start, align=align)
             worker.fill(slots, args)
             outcome = worker.run(lib_id, f"emu_entry_{self.name}", grid, block, shared_mem, args, slots,
-                                 reverse=reverse, count_io=count_io, time_limit=limit, race=race,
+                                 reverse=reverse, count_io=count_io, time_limit=limit,
+                                 wall_cap=limit * WALL_CAP_FACTOR, race=race,
                                  profile=profile)
         except _worker.WorkerDied as e:
             _drop_worker(backend)
@@ -323,7 +331,7 @@ class EmulatedKernel:
         io = None
         if count_io:
             io = self._io_counts(outcome.io, args)
-        return outputs, io, outcome.printed, outcome.profile
+        return outputs, io, outcome.printed, outcome.profile, outcome.cpu_seconds
 
     def _io_counts(self, numbers, args) -> IOCounts:
         shared_read, shared_written = numbers[0], numbers[1]
@@ -432,10 +440,8 @@ class EmulatedKernel:
             return BarrierError(f"{self.name}{block}: {o.text}{printed}", **fault)
         if k == _worker.TIMEOUT:
             where = f" {who[0].upper()}{who[1:]} was running{at}." if o.block else ""
-            return KernelTimeoutError(
-                f"{self.name}: still running after {limit:g} s, the time limit: an endless loop, or a "
-                f"thread spinning on a value no other thread will change?{where} If the kernel is just "
-                f"slow, raise time_limit (or GRADER_TIME_LIMIT).{printed}", **fault)
+            return KernelTimeoutError(f"{self.name}: {_stopped(o.text)}{where} If the kernel is just slow, raise "
+                                      f"time_limit (or GRADER_TIME_LIMIT).{printed}", **fault)
         if k == _worker.BUS:
             return OutOfBoundsError(f"{self.name}: {who} made a misaligned or invalid memory access{at}.{printed}", **fault)
         return KernelRuntimeError(f"{self.name}: {who} failed: {o.text or 'unknown error'}{at}.{printed}")
@@ -575,6 +581,19 @@ class EmulatedKernel:
                     f"elements; this would be index {index}): a pointer or index is far off")
         side = "before its start" if index < 0 else "past its end"
         return f"{verb} {p.name}[{index}] but {p.name} has {arr.size} elements{shape}, so that is {side}"
+
+
+def _stopped(record: str) -> str:
+    """What a timeout record ("cpu_limit wall_cap cpu wall", see report.cpp) says happened."""
+    cpu_limit, wall_cap, cpu, wall = (float(v) for v in record.split())
+    if cpu >= cpu_limit:
+        return (f"stopped after {cpu:.1f} s of CPU time ({wall:.1f} s on the clock), its time limit of "
+                f"{cpu_limit:g} CPU s per launch: an endless loop, or a thread spinning on a value no other thread "
+                "will change?")
+    used = f"having used {cpu:.1f} s of CPU time" if cpu == cpu else "the emulator not answering"
+    return (f"stopped after {wall:.0f} s on the clock, its wall-clock cap, {used} (the limit is "
+            f"{cpu_limit:g} CPU s): the kernel is blocked, waiting for something that never happens, or the "
+            "machine is overloaded.")
 
 
 def _as_values(raw: np.ndarray, like: np.ndarray, dtype_name: str | None) -> np.ndarray:

@@ -259,8 +259,9 @@ def _pch(compiler: str, flags: list[str], *, clang: bool = False) -> list[str]:
         header = tc.EMU_INCLUDE / "emu_runtime.hpp"
         if not clang:
             header = Path(shutil.copy(header, tmp / "emu_runtime.hpp"))
-        done = subprocess.run([compiler, *flags, "-x", "c++-header", str(header), "-o", str(tmp / built.name)],
-                              capture_output=True, text=True)
+        with tc.building("traced build's precompiled header" if clang else "precompiled header"):
+            done = subprocess.run([compiler, *flags, "-x", "c++-header", str(header), "-o", str(tmp / built.name)],
+                                  capture_output=True, text=True)
         if done.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             return ["-include", "emu_runtime.hpp"]

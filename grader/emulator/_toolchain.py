@@ -1,13 +1,17 @@
 """Compilers, fiber back ends, the cache folder and the launcher executable."""
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ..errors import BackendUnavailableError
@@ -171,6 +175,38 @@ def runtime_version() -> str:
     return h.hexdigest()[:16]
 
 
+_ANNOUNCED: list = []  # whether this process has said that it builds the runtime
+BUILD_TIMES = "build-seconds.json"  # in cache_dir(): how long each piece took to build here, last time
+
+
+@contextlib.contextmanager
+def building(piece: str):
+    """A build of a piece of the runtime (once per grader version and machine): the first says what
+    is being built and about how long it takes (as long as last time here, when there was one), each
+    then how long it took. The wait is otherwise silent, in a notebook (only [*]) as on the command
+    line."""
+    record = cache_dir() / BUILD_TIMES
+    try:
+        before = json.loads(record.read_text())
+    except (OSError, ValueError):
+        before = {}
+    if not _ANNOUNCED:
+        _ANNOUNCED.append(True)
+        took = (f"the last build on this machine took {sum(before.values()):.0f} s" if before else
+                "from a few seconds to about a minute on two cores, longer on a busy machine")
+        print("grader: building the CPU emulator's runtime (its launcher and a precompiled header of the CUDA "
+              f"runtime), once for this version of the grader: {took}. Later launches reuse it from {cache_dir()}.",
+              file=sys.stderr, flush=True)
+    start = time.monotonic()
+    yield
+    seconds = time.monotonic() - start
+    print(f"grader: built the emulator's {piece} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    try:
+        record.write_text(json.dumps(before | {piece: round(seconds, 1)}))
+    except OSError:
+        pass  # a read-only cache (the clean regrade's): nothing to remember
+
+
 def publish_dir(tmp: Path, final: Path) -> None:
     """Move a finished build folder into place; another process may have won the race."""
     try:
@@ -194,7 +230,8 @@ def launcher(backend: str) -> Path:
     ]
     if backend == "boost":
         cmd.append("-lboost_context")
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    with building("launcher"):
+        done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BackendUnavailableError(f"building the emulator's launcher failed:\n{done.stderr[-4000:]}")

@@ -32,8 +32,22 @@ SEGV, BOUNDS, FPE, ASSERT, TRAP, BARRIER, TIMEOUT, STACK, BUS, OTHER, SHARED_OOB
 
 
 def default_threads() -> int:
+    """OS threads that run blocks: ``GRADER_EMULATOR_THREADS``, else the cores this process may use
+    (its CPU affinity and its cgroup's quota, not every core of the machine: more threads than
+    cores only take turns, and each switch costs)."""
     env = os.environ.get("GRADER_EMULATOR_THREADS")
-    return max(1, int(env)) if env else max(1, os.cpu_count() or 1)
+    return max(1, int(env)) if env else usable_cores()
+
+
+def usable_cores() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:  # cgroup v2: "max 100000" or "QUOTA PERIOD"
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
 
 
 @dataclass
@@ -52,6 +66,7 @@ class Outcome:
     """What came back from one run: either io numbers (and profile sites) or an error record."""
 
     ok: bool
+    cpu_seconds: float = 0.0  # the worker's CPU time on the launch, all its threads
     io: list = field(default_factory=list)
     profile: list = field(default_factory=list)  # (site, shared, store, size, requests, units, ideal, lanes)
     kind: int = 0
@@ -202,8 +217,9 @@ class Worker:
         return after.count(b"\xff") != len(after)
 
     def run(self, lib: int, entry: str, grid, block, shared_mem: int, args: list, slots: list[ArraySlot],
-            *, reverse: bool, count_io: bool, time_limit: float, race: bool = False,
+            *, reverse: bool, count_io: bool, time_limit: float, wall_cap: float, race: bool = False,
             profile: bool = False) -> Outcome:
+        """One launch; ``time_limit`` is in CPU seconds of the worker, ``wall_cap`` in seconds on the clock."""
         by_index = {s.index: s for s in slots}
         parts = []
         for i, a in enumerate(args):
@@ -215,19 +231,23 @@ class Worker:
                 parts.append(f"S {int.from_bytes(raw, 'little'):x}")
         flags = (1 if reverse else 0) | (2 if count_io else 0) | (4 if race else 0) | (8 if profile else 0)
         cmd = (f"RUN {lib} {entry} {grid[0]} {grid[1]} {grid[2]} {block[0]} {block[1]} {block[2]} "
-               f"{shared_mem} {flags} {time_limit!r} {len(args)} {' '.join(parts)}\n")
+               f"{shared_mem} {flags} {time_limit!r} {wall_cap!r} {len(args)} {' '.join(parts)}\n")
+        start = time.monotonic()
         self._send(cmd)
-        # The worker enforces the limit itself; this grace period covers a worker that cannot.
-        reply = self._readline(time.monotonic() + time_limit + 5.0)
+        # The worker enforces both limits itself; this grace period covers a worker that cannot.
+        reply = self._readline(start + wall_cap + 5.0)
         printed = self._printed()
-        if reply is not None and reply.startswith("OK"):
+        if reply is not None and reply.startswith("OK "):
+            words = reply.split()
             sites = self._profile_sites() if profile else []
-            return Outcome(True, io=[int(x) for x in reply.split()[1:]], profile=sites, printed=printed)
+            return Outcome(True, cpu_seconds=float(words[1]), io=[int(x) for x in words[2:]], profile=sites,
+                           printed=printed)
         if reply == "ERR":
             self.proc.wait()
             return self._record(printed)
-        if reply is None:
-            return Outcome(False, kind=TIMEOUT, text=repr(time_limit), printed=printed)
+        if reply is None:  # (the CPU time is unknown here: the worker did not answer)
+            return Outcome(False, kind=TIMEOUT, text=f"{time_limit!r} {wall_cap!r} nan {time.monotonic() - start:.3f}",
+                           printed=printed)
         status = self.proc.wait()
         raise WorkerDied(f"exit status {status}; {self.stderr()}")
 

@@ -31,7 +31,7 @@ import corpus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = corpus.MODULE
-LIMITS = Limits(wall_s=30, launch_s=2.5, cpu_s=60)
+LIMITS = Limits(cpu_s=30, launch_s=2.5)  # the wall-clock cap far above, as in a real run
 
 
 def _digest(path: Path) -> str:

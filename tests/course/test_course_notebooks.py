@@ -33,7 +33,7 @@ class _Validator(Validator):
 
 def _validator(**kw) -> _Validator:
     c = Config()
-    c.Execute.timeout = 120  # as in nbgrader_config.py: first-call compilation counts
+    c.Execute.timeout = 600  # as in nbgrader_config.py: a wall-clock cap far above the work
     for key, value in kw.items():
         setattr(c.Validator, key, value)
     return _Validator(config=c)

@@ -2,6 +2,7 @@
 toolchain, and one failed probe (a subprocess that timed out while the test workers started) does
 not turn the race detector off for the rest of the process: that silently skipped 98 tests and let
 a kernel with a missing barrier pass on one CI worker."""
+import json
 import os
 
 import pytest
@@ -36,3 +37,36 @@ def test_a_versioned_clang_is_found_without_running_it(monkeypatch, tmp_path):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert _toolchain.clang.__wrapped__() == str(fake)
+
+
+def test_a_cold_runtime_build_says_what_it_builds_once_and_how_long_each_piece_took(monkeypatch, tmp_path, capsys):
+    from grader.emulator import _build
+
+    monkeypatch.setenv("GRADER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_toolchain, "_ANNOUNCED", [])
+    built = []
+
+    def compiler(cmd, **kw):  # stands in for g++: makes the file after -o
+        out = cmd[cmd.index("-o") + 1]
+        open(out, "w").close()
+        built.append(os.path.basename(out))
+        return _toolchain.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(_toolchain.subprocess, "run", compiler)
+    _build._pch("g++", ["-O2"])
+    _toolchain.launcher("ucontext")
+    _toolchain.launcher("ucontext")  # built: silent
+    err = capsys.readouterr().err.splitlines()
+    assert built == ["emu_runtime.hpp.gch", "emu-launcher"]
+    assert len(err) == 3 and err[0].startswith("grader: building the CPU emulator's runtime (its launcher and a "
+                                               "precompiled header of the CUDA runtime), once for this version")
+    assert str(tmp_path) in err[0]
+    assert err[1].startswith("grader: built the emulator's precompiled header in ") and err[1].endswith(" s")
+    assert err[2].startswith("grader: built the emulator's launcher in ")
+    # After a grader update the next build says how long this one took.
+    monkeypatch.setattr(_toolchain, "_ANNOUNCED", [])
+    monkeypatch.setattr(_toolchain, "runtime_version", lambda: "next-version")
+    _toolchain.launcher("ucontext")
+    took = sum(json.loads((tmp_path / _toolchain.BUILD_TIMES).read_text()).values())
+    assert f"once for this version of the grader: the last build on this machine took {took:.0f} s." in \
+        capsys.readouterr().err

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -251,7 +252,7 @@ void capture_callers(ErrorRecord* r);  // the return addresses up the stack, for
 [[noreturn]] void finish_report();
 [[noreturn]] void report(int kind, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 void install_handlers();
-[[noreturn]] void report_timeout(double limit);
+[[noreturn]] void report_timeout(double cpu_limit, double wall_cap, double cpu, double wall);
 
 // fibers.cpp: threads, blocks and barriers
 inline Fiber* cur_fiber() { return static_cast<Fiber*>(emu_ctx.cur); }

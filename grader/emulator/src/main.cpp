@@ -42,6 +42,12 @@ thread_local Worker* t_race = nullptr;  // set while detecting races
 
 // ----------------------------------------------------------------------------- commands
 
+static double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 void reply(const char* fmt, ...) {
     char buf[8192];
     va_list ap;
@@ -74,7 +80,7 @@ void cmd_load(const char* path) {
     reply("OK %zu\n", g_libs.size() - 1);
 }
 
-// RUN lib entry gx gy gz bx by bz shared flags limit_s nargs (flags: 1 reverse, 2 count IO, 4 race check,
+// RUN lib entry gx gy gz bx by bz shared flags cpu_limit_s wall_cap_s nargs (flags: 1 reverse, 2 count IO, 4 race check,
 // 8 profile), then per argument
 // "P file_off span inner nbytes" (an array) or "S hex" (8 bytes of a scalar, little-endian).
 void cmd_run(char* line) {
@@ -99,7 +105,8 @@ void cmd_run(char* line) {
     L.count_io = flags & 2;
     L.race = flags & 4;
     L.profile = flags & 8;
-    double limit = strtod(next(), nullptr);
+    double limit = strtod(next(), nullptr);  // CPU seconds
+    double wall_cap = strtod(next(), nullptr);  // wall-clock seconds
     L.nargs = atoi(next());
     if (L.lib < 0 || size_t(L.lib) >= g_libs.size() || L.nargs < 0 || L.nargs > kMaxArgs)
         report(kOther, -1, "a kernel takes at most %d arguments here", kMaxArgs);
@@ -167,15 +174,24 @@ void cmd_run(char* line) {
         w->print->truncated = 0;
     }
 
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    // The limit counts this process's CPU time, the kernel's own work, so a busy machine does not
+    // stop a correct kernel; a spinning fiber burns CPU, so an endless loop still reaches it at
+    // once. The wall-clock cap, far above, catches a kernel blocked without using any CPU.
+    const double cpu0 = process_cpu_seconds();
+    const auto wall0 = std::chrono::steady_clock::now();
     {
         std::unique_lock<std::mutex> lk(g_mu);
         g_finished = 0;
         g_generation++;
         g_cv_start.notify_all();
-        if (!g_cv_done.wait_until(lk, deadline, [] { return g_finished == g_nthreads; })) {
-            lk.unlock();
-            report_timeout(limit);
+        for (;;) {
+            if (g_cv_done.wait_for(lk, std::chrono::milliseconds(20), [] { return g_finished == g_nthreads; })) break;
+            double cpu = process_cpu_seconds() - cpu0;
+            double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+            if (cpu >= limit || wall >= wall_cap) {
+                lk.unlock();
+                report_timeout(limit, wall_cap, cpu, wall);
+            }
         }
     }
     munmap(res, total);
@@ -195,7 +211,7 @@ void cmd_run(char* line) {
             io += " " + std::to_string(r) + " " + std::to_string(wr);
         }
     }
-    reply("OK%s\n", io.c_str());
+    reply("OK %.3f%s\n", process_cpu_seconds() - cpu0, io.c_str());
     if (L.profile) prof_reply();
 }
 

@@ -111,7 +111,7 @@ void install_handlers() {
     sigaction(SIGUSR2, &sa, nullptr);
 }
 
-[[noreturn]] void report_timeout(double limit) {
+[[noreturn]] void report_timeout(double cpu_limit, double wall_cap, double cpu, double wall) {
     claim_report();
     for (Worker* w : g_workers)
         if (w->busy.load()) pthread_kill(w->thread, SIGUSR2);
@@ -134,7 +134,8 @@ void install_handlers() {
         g_err->block[0] = hit->snap_block.x, g_err->block[1] = hit->snap_block.y, g_err->block[2] = hit->snap_block.z;
         g_err->thread[0] = hit->snap_thread.x, g_err->thread[1] = hit->snap_thread.y, g_err->thread[2] = hit->snap_thread.z;
     }
-    snprintf(g_err->text, sizeof g_err->text, "%g", limit);
+    // "cpu_limit wall_cap cpu wall": Python says which limit it reached and how long the kernel ran.
+    snprintf(g_err->text, sizeof g_err->text, "%.17g %.17g %.3f %.3f", cpu_limit, wall_cap, cpu, wall);
     finish_report();
 }
 
