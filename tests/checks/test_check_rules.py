@@ -167,6 +167,7 @@ def test_a_long_check_says_which_case_it_is_on_and_a_short_one_stays_silent(monk
     assert run_check("vector_add", solution_source("vector_add"), progress=quiet).passed
     assert quiet.getvalue() == ""  # well under PROGRESS_AFTER seconds
     monkeypatch.setattr(grader.checks, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(grader.checks, "_PASSED_VISIBLE", {})  # run the visible cases again, not their passes
     said = io.StringIO()
     result = run_check("vector_add", solution_source("vector_add"), progress=said)
     lines = said.getvalue().splitlines()
@@ -292,3 +293,28 @@ def test_a_name_is_kept_only_if_it_fits_every_failing_case_it_applies_to():
     _fit_every_case([lone, other])
     assert "Likely mistake: running max starts at 0" in lone.message
     assert "On case 'two', which fails too, the numbers do not fit this mistake" in lone.message
+
+
+def test_a_hidden_check_takes_the_visible_cases_just_passed_and_reruns_a_failure(monkeypatch):
+    import grader.checks
+    from grader.course import solution_source
+
+    monkeypatch.setattr(grader.checks, "_PASSED_VISIBLE", {})
+    source = solution_source("flash_fwd_row")
+    visible = run_check("flash_fwd_row", source)
+    launched = []
+    real = grader.checks.run_case
+    monkeypatch.setattr(grader.checks, "run_case", lambda ex, compiled, c, *a, **k: launched.append(c.name) or real(
+        ex, compiled, c, *a, **k))
+    full = run_check("flash_fwd_row", source, include_hidden=True)
+    assert full.passed
+    assert launched == [r.case.name for r in full.results if r.case.hidden]
+    assert [r.message for r in full.results[:len(visible.results)]] == [r.message for r in visible.results]
+    launched.clear()
+    broken = source.replace("+=", "-=", 1)
+    assert broken != source
+    assert not run_check("flash_fwd_row", broken).passed
+    first = list(launched)
+    launched.clear()
+    run_check("flash_fwd_row", broken)
+    assert launched and launched == first  # failures are never kept: the same cases run again
