@@ -610,21 +610,23 @@ def _mistake_fits(ex, p, inputs, got, expected, be, mags=None) -> tuple[list, se
 
 # A visible case has a fixed seed, so a kernel's result on it is the same each time it runs: a
 # notebook's hidden test cell (the visible cases, then the grading ones) takes the visible cases that
-# its visible test cell has just passed instead of running them again. Only passes are kept (a fault
-# can be the machine's, and a failing kernel is run again in full), only for registered exercises
-# (a variant has other cases under the same name), and only for the last few kernels.
+# its visible test cell has just passed instead of running them again. A visible check keeps its
+# passes (a failure or a fault is never kept: it may be the machine's), the next check with the
+# hidden cases of the same kernel takes them once; only for registered exercises (a variant has
+# other cases under the same name) and only for the last few kernels.
 _PASSED_VISIBLE: dict = {}  # (exercise, backend, options, source) -> {(case name, seed, race checked): CaseResult}
 _PASSED_VISIBLE_KERNELS = 4
 
 
-def _passed_visible(ex: Exercise, be: str, options: tuple, source: str) -> dict:
-    """The remembered passes of this kernel, or a fresh dict that remembers them (or a dict that
-    remembers nothing, for an exercise that is not the registered one)."""
+def _visible_passes(ex: Exercise, be: str, options: tuple, source: str, *, hidden: bool) -> dict:
+    """For a check with the hidden cases, the passes its visible check kept (taken, so used once);
+    for a visible check, an empty dict that keeps them."""
     if REGISTRY.get(ex.id) is not ex:
         return {}
     key = (ex.id, be, options, source)
-    memo = _PASSED_VISIBLE.pop(key, {})
-    _PASSED_VISIBLE[key] = memo  # the most recent last
+    if hidden:
+        return _PASSED_VISIBLE.pop(key, {})
+    memo = _PASSED_VISIBLE[key] = {}
     while len(_PASSED_VISIBLE) > _PASSED_VISIBLE_KERNELS:
         del _PASSED_VISIBLE[next(iter(_PASSED_VISIBLE))]
     return memo
@@ -668,7 +670,7 @@ def _run_check(exercise_id, source: str, *, include_hidden: bool, backend, seed,
     results = []
     race_name = (ex.race_case or ex.visible_cases()[-1].name) if ex.race_check and be == "cpu" else None
     stuck = None  # the case whose launch ran out of time: the later ones are not run
-    passed = _passed_visible(ex, be, ex.options + tuple(options), source)
+    passed = _visible_passes(ex, be, ex.options + tuple(options), source, hidden=include_hidden)
     try:
         for i, c in enumerate(cases):
             case_seed = c.seed if not c.hidden else (base + 7919 * i) % 2**31
