@@ -33,11 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grader  # noqa: E402
-from grader import benchmark, benchspec, launch  # noqa: E402
+from grader import benchmark, benchspec  # noqa: E402
 from grader.benchmark import Budget  # noqa: E402
 from grader.capstone import build  # noqa: E402
 from grader.checks import REGISTRY, run_check  # noqa: E402
 from grader.course import solution_source  # noqa: E402
+from grader.device import H100_SXM  # noqa: E402
 from grader.exercises import m11_capstone as m11  # noqa: E402
 from grader.kernel import RawKernel  # noqa: E402
 from grader.wrong_corpus import replace_each_once  # noqa: E402
@@ -85,7 +86,7 @@ def sweep(source, dtype, d, causal, rows):
             rows.append(row | dict(status=why))
             continue
         smem = m11.shared_bytes(d, cfg)
-        if smem > launch.MAX_SHARED_BYTES_OPTIN:
+        if smem > H100_SXM.max_shared_per_block_optin:
             rows.append(row | dict(status=f"{smem} bytes of shared memory: over the per-block limit"))
             continue
         ex_id = build(dtype, d, causal, cfg)

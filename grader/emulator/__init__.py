@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..device import H100_SXM
 from ..errors import (
     BackendUnavailableError,
     BarrierError,
@@ -93,8 +94,8 @@ RACE_DETECTOR_MISSING = (
     "race check unavailable: install clang-16 (apt-get install clang-16), whose traced build "
     "runs the race detector that names the two threads and their lines."
 )
-STATIC_SHARED_LIMIT = 48 * 1024
-SHARED_LIMIT = 227 * 1024
+STATIC_SHARED_LIMIT = H100_SXM.static_shared_per_block
+SHARED_LIMIT = H100_SXM.max_shared_per_block_optin
 DEFAULT_TIME_LIMIT = 20.0
 
 

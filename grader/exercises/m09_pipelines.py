@@ -12,6 +12,7 @@ from .. import autotune, benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..checks import PRODUCT_NAN
+from ..device import H100_SXM
 from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import KEY_FROM_G, forward_magnitude, forward_mistakes, forward_with_mask, key_from_g_forward, qkv, \
@@ -159,13 +160,13 @@ def _gemm_warp_tile(cfg):
     if wm * wn > 64 * 64:  # acc[WM / 16][WN / 8][4]: WM * WN / 32 floats per lane
         return f"a {wm} x {wn} warp tile needs {wm * wn // 32} accumulator registers per lane, over 128"
     # the accumulators and two sets of fragments (4 registers per 16 rows of A and per 16 columns of B),
-    # against what an SM's 65536 registers give each thread of the block (__launch_bounds__ makes the
+    # against what an SM's registers give each thread of the block (__launch_bounds__ makes the
     # compiler spill past that rather than refuse the launch)
     threads = 32 * cfg["WARPS_M"] * cfg["WARPS_N"]
     held = wm * wn // 32 + 2 * 4 * (wm // 16 + wn // 16)
-    if held > min(255, 65536 // threads):
+    if held > min(H100_SXM.max_registers_per_thread, H100_SXM.registers_per_block // threads):
         return (f"a {wm} x {wn} warp tile holds {held} registers per lane in accumulators and fragments, over the "
-                f"{min(255, 65536 // threads)} each of {threads} threads can have")
+                f"{min(H100_SXM.max_registers_per_thread, H100_SXM.registers_per_block // threads)} each of {threads} threads can have")
     return None
 
 
