@@ -48,7 +48,7 @@ from .backend import backend as active_backend
 from .errors import BackendUnavailableError, CourseError, KernelFault, KernelTimeoutError, RaceConditionError
 # The vocabulary exercises are declared in lives in exercise_rows; re-exported here because
 # exercise modules may import it from grader.checks.
-from .exercise_rows import REGISTRY, TRITON_REGISTRY, Case, Exercise, Mistake, case, exercise, hidden  # noqa: F401
+from .exercise_rows import EMULATOR_NAN, SOFTMAX_NAN, REGISTRY, TRITON_REGISTRY, Case, Exercise, Mistake, case, exercise, hidden  # noqa: F401
 
 # |got - expected| <= atol + rtol * |expected|, by output dtype and backend. The emulator runs
 # IEEE float32 without FMA contraction; GPUs contract to FMA and use approximate __expf, so
@@ -176,20 +176,6 @@ def error_ratio(got, want, tol, magnitude=None) -> float:
 
 def _fmt_index(name, idx):
     return f"{name}[{', '.join(str(int(i)) for i in idx)}]"
-
-
-EMULATOR_NAN = ("  On the emulator shared memory also starts as NaN, so reading a tile element no thread stored "
-                "(edges of a partial tile not zero-filled) shows up here.")
-
-
-SOFTMAX_NAN = ("e.g. exp(m_old - m_new) when both maxima are -inf (no key seen yet, or all masked: subtract 0 "
-               "instead), or l = 0 for a row with no keys.")
-BACKWARD_NAN = ("in a backward kernel, e.g. P = exp(scale*s - L) with a wrong L (-inf, or the row's L not read), "
-                "0 * inf in dS = P * (dP - D) once D or dP has overflowed, or an operand read from a shared tile "
-                "position no thread stored (with a block-wide product: the rows of a warp that skipped the tile "
-                "must still be written, as zeros).")
-PRODUCT_NAN = ("the inputs here are finite, so an operand was not an input element: a value read from a tile "
-               "position no thread stored, or a fragment register used before anything was loaded into it.")
 
 
 def compare(name: str, got: np.ndarray, want: np.ndarray, tol, unwritten: np.ndarray, backend: str = "cpu",

@@ -1,17 +1,18 @@
-"""The vocabulary exercises are declared in: cases, mistakes, the exercise row, the registry.
+"""The spec layer's vocabulary: cases, mistakes, the exercise row, the registries, the tuning
+spaces and the hint texts a failing check adds about NaN.
 
-Exercise modules (``grader/exercises/m*.py``) import these names from here (or, as before,
-from ``grader.checks``, which re-exports them); the check runner in ``grader/checks.py``
-imports them too. This module imports neither, so declaring an exercise never pulls in the
-runner and the runner never imports the exercise rows at import time.
+Exercise modules (``grader/exercises/m*.py``) declare their rows with these names; the check
+runner (``grader/checks.py``) and the tuner (``grader/autotune.py``) import them too. This module
+imports nothing of the grader, so declaring an exercise never pulls in the runtime that grades it
+(tests/test_layers.py holds the exercise modules to that).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Case", "Exercise", "Mistake", "REGISTRY", "TRITON_REGISTRY", "TritonExercise", "case", "exercise", "hidden",
-           "triton_exercise"]
+__all__ = ["BACKWARD_NAN", "Case", "EMULATOR_NAN", "Exercise", "Mistake", "PRODUCT_NAN", "REGISTRY", "SOFTMAX_NAN", "SPACES",
+           "Space", "TRITON_REGISTRY", "TritonExercise", "case", "exercise", "hidden", "register_space", "triton_exercise"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +157,50 @@ def triton_exercise(**kwargs) -> TritonExercise:
         raise ValueError(f"exercise {ex.id!r} declared twice")
     TRITON_REGISTRY[ex.id] = ex
     return ex
+
+
+# --------------------------------------------------------------------------- NaN hints
+
+EMULATOR_NAN = ("  On the emulator shared memory also starts as NaN, so reading a tile element no thread stored "
+                "(edges of a partial tile not zero-filled) shows up here.")
+
+
+SOFTMAX_NAN = ("e.g. exp(m_old - m_new) when both maxima are -inf (no key seen yet, or all masked: subtract 0 "
+               "instead), or l = 0 for a row with no keys.")
+BACKWARD_NAN = ("in a backward kernel, e.g. P = exp(scale*s - L) with a wrong L (-inf, or the row's L not read), "
+                "0 * inf in dS = P * (dP - D) once D or dP has overflowed, or an operand read from a shared tile "
+                "position no thread stored (with a block-wide product: the rows of a warp that skipped the tile "
+                "must still be written, as zeros).")
+PRODUCT_NAN = ("the inputs here are finite, so an operand was not an input element: a value read from a tile "
+               "position no thread stored, or a fragment register used before anything was loaded into it.")
+
+
+# --------------------------------------------------------------------------- tuning spaces
+
+
+@dataclass(frozen=True)
+class Space:
+    """The configurations of one exercise's kernel. ``grid``, ``block`` and ``shared_mem`` take
+    the exercise's parameters ``p`` (a case's, or the benchmark shape's) and a configuration
+    ``cfg`` (macro -> value); ``exclude(cfg)`` returns None, or why that combination is not tried;
+    ``row_fields(cfg)``, where given, returns other fields of the exercise row that depend on the
+    configuration (an ``io_check`` that counts tiles of BLOCK_ROWS rows)."""
+
+    exercise: str
+    params: dict
+    grid: Callable
+    block: Callable
+    shared_mem: Callable = lambda p, cfg: 0
+    exclude: Callable | None = None
+    row_fields: Callable | None = None
+
+
+SPACES: dict[str, Space] = {}
+
+
+def register_space(space: Space) -> Space:
+    for name, values in space.params.items():
+        if not isinstance(values, tuple) or not values:
+            raise ValueError(f"autotune space for {space.exercise}: {name} must be a non-empty tuple of values")
+    SPACES[space.exercise] = space
+    return space

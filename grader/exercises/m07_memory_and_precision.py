@@ -3,7 +3,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..arrays import bf16_bits
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
 from ._attention import OUTPUTS, forward_magnitude, forward_mistakes, qkv, scale_of
 from .m04_flash_forward import CASES as FA2_CASES, FA2_BC, FA2_BR, RACE_CASE, _forward_ref

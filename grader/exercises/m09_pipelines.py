@@ -8,12 +8,11 @@ BLOCK_ROWS and STAGES to the values below; ``grader.autotune`` varies them.
 """
 import numpy as np
 
-from .. import autotune, benchspec
+from .. import benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
-from ..checks import PRODUCT_NAN
 from ..device import H100_SXM
-from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
+from ..exercise_rows import PRODUCT_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
 from ._attention import KEY_FROM_G, forward_magnitude, forward_mistakes, forward_with_mask, key_from_g_forward, qkv, \
     scale_of, tile_skipping_io
@@ -171,7 +170,7 @@ def _gemm_warp_tile(cfg):
 
 
 # The block tile, the warp grid, the K step and the stages: every macro the kernel reads.
-autotune.register(autotune.Space(
+register_space(Space(
     exercise="mma_matmul_pipe",
     params={"BM": (128, 256), "BN": (128, 256), "WARPS_M": (2, 4), "WARPS_N": (2, 4), "BK": (32, 64),
             "STAGES": (2, 3, 4)},
@@ -432,7 +431,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
     bench = benchspec.forward_spec(ex_id, d=d, causal=causal)
     if register:
         benchspec.SPECS[ex_id] = bench
-        autotune.register(autotune.Space(
+        register_space(Space(
             exercise=ex_id,
             params={"BLOCK_ROWS": (64, 128), "STAGES": (2, 3, 4)},
             grid=lambda p, cfg: (ceil_div(p.N, cfg["BLOCK_ROWS"]), p.H, p.B),

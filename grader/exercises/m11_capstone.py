@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import autotune, benchspec
+from .. import benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
-from ..checks import BACKWARD_NAN
-from ..exercise_rows import Mistake, case, exercise, hidden
+from ..exercise_rows import BACKWARD_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
 from ._attention import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
     forward_with_mask, qkv, scale_of, tile_skipping_io
@@ -224,7 +223,6 @@ CASES = [  # the race check runs on the first case: three query blocks, five key
 def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
     """The exercise row of one (d, dtype, causal) build with launch choices ``cfg`` (CONFIG by
     default): the graded rows below, and the builds the benchmarks time (``register=False``)."""
-    from ..exercise_rows import Exercise
 
     cfg = dict(CONFIG, **(cfg or {}))
     bf16 = dtype == "bf16"
@@ -271,7 +269,7 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
     bench = benchspec.forward_spec(ex_id, d=d, causal=causal, padded=True)
     if register:
         benchspec.SPECS[ex_id] = bench
-        autotune.register(autotune.Space(
+        register_space(Space(
             exercise=ex_id,
             params=SPACE,
             grid=lambda p, c: (ceil_div(p.N, block_rows(c)), p.H, p.B),
@@ -500,7 +498,6 @@ def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
 def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
     """The exercise row of one build of ``capstone_bwd_dkdv`` or ``capstone_bwd_dq`` (``part`` "dkdv"
     or "dq"), as ``variant`` does for the forward."""
-    from ..exercise_rows import Exercise
 
     fused = bool((cfg or {}).get("FUSED_DQ"))
     base = dict(BWD_CONFIG[part], **(FUSED_CONFIG if fused else {}))

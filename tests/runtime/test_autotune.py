@@ -100,7 +100,7 @@ def test_configurations_and_options():
     assert autotune.options_for(("-DHEAD_DIM=64", "-DSTAGES=2", "-DCAUSAL=1"), {"STAGES": 3, "BLOCK_ROWS": 64}) == \
         ("-DHEAD_DIM=64", "-DCAUSAL=1", "-DSTAGES=3", "-DBLOCK_ROWS=64")
     with pytest.raises(ValueError, match="non-empty tuple"):
-        autotune.register(autotune.Space("x", {"A": []}, grid=None, block=None))
+        autotune.register_space(autotune.Space("x", {"A": []}, grid=None, block=None))
 
 
 def test_a_configuration_is_a_copy_of_the_row():
