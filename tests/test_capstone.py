@@ -88,7 +88,7 @@ def test_the_tile_walk_with_the_right_mask_attends_exactly_the_visible_keys(caus
     """The model behind the mask mistakes, run with the kernel's own rule, is the reference's mask:
     every visible key visited, no other key (padding or zero-filled rows past N) kept."""
     from types import SimpleNamespace
-    from grader.exercises._attention import _keep_mask
+    from grader.exercises.shared import _keep_mask
     p = SimpleNamespace(B=3, N=300, causal=causal)
     lengths = (300, 40, 0)
     tile = cfg["TILE"]

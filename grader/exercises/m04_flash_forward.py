@@ -4,7 +4,7 @@ import numpy as np
 from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import OUTPUTS, forward_magnitude, forward_mistakes, qkv, row_pairs_mistake, scale_of
+from .shared import OUTPUTS, forward_magnitude, forward_mistakes, qkv, row_pairs_mistake, scale_of
 
 MODULE = "04_flash_forward"
 F32 = np.float32

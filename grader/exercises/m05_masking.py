@@ -4,7 +4,7 @@ import numpy as np
 from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import (OUTPUTS, _keep_mask, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of,
+from .shared import (OUTPUTS, _keep_mask, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of,
                          tile_skipping_io)
 
 MODULE = "05_masking"

@@ -5,7 +5,7 @@ from .. import reference as ref
 from ..arrays import bf16_bits
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import OUTPUTS, forward_magnitude, forward_mistakes, qkv, scale_of
+from .shared import OUTPUTS, forward_magnitude, forward_mistakes, qkv, scale_of
 from .m04_flash_forward import CASES as FA2_CASES, FA2_BC, FA2_BR, RACE_CASE, _forward_ref
 
 MODULE = "07_memory_and_precision"

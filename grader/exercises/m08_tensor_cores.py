@@ -12,7 +12,7 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import PRODUCT_NAN, Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import KEY_FROM_G, extreme_scores, forward_magnitude, forward_mistakes, forward_with_mask, \
+from .shared import KEY_FROM_G, extreme_scores, forward_magnitude, forward_mistakes, forward_with_mask, \
     key_from_g_forward, tile_skipping_io
 
 MODULE = "08_tensor_cores"

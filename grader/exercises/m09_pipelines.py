@@ -14,7 +14,7 @@ from ..arrays import BF16, bf16_bits, bf16_values
 from ..device import H100_SXM
 from ..exercise_rows import PRODUCT_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
-from ._attention import KEY_FROM_G, forward_magnitude, forward_mistakes, forward_with_mask, key_from_g_forward, qkv, \
+from .shared import KEY_FROM_G, forward_magnitude, forward_mistakes, forward_with_mask, key_from_g_forward, qkv, \
     scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
 from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE, \

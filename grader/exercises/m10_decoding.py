@@ -25,7 +25,7 @@ from .. import reference as ref
 from ..device import H100_SXM, block_limits
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import max_from_zero, score_sizes
+from .shared import max_from_zero, score_sizes
 from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
 
 MODULE = "10_decoding"
@@ -123,7 +123,7 @@ def _split_ref(p, x):
 
 def _split_magnitude(p, x):
     """{O_part, L_part}: the size of the terms behind each partial result, per split as for a forward
-    (grader/exercises/_attention.py forward_magnitude): (1 + R) * sum_j P_j |V_jc| and |L| + R, R the
+    (grader/exercises/shared.py forward_magnitude): (1 + R) * sum_j P_j |V_jc| and |L| + R, R the
     largest score size among the split's keys."""
     q, k, v = _per_split(x)
     keep = _keep(p)[..., None, :]

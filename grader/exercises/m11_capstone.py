@@ -18,7 +18,7 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import BACKWARD_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
-from ._attention import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
+from .shared import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
     forward_with_mask, qkv, scale_of, tile_skipping_io
 from .m05_masking import padding_mistakes
 from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
