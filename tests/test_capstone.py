@@ -88,7 +88,7 @@ def test_the_tile_walk_with_the_right_mask_attends_exactly_the_visible_keys(caus
     """The model behind the mask mistakes, run with the kernel's own rule, is the reference's mask:
     every visible key visited, no other key (padding or zero-filled rows past N) kept."""
     from types import SimpleNamespace
-    from grader.exercises.shared import _keep_mask
+    from grader.exercises.shared import keep_mask
     p = SimpleNamespace(B=3, N=300, causal=causal)
     lengths = (300, 40, 0)
     tile = cfg["TILE"]
@@ -99,5 +99,5 @@ def test_the_tile_walk_with_the_right_mask_attends_exactly_the_visible_keys(caus
     keep, nk = m11.tile_walk_keep(p, lengths, cfg, needs,
                                   lambda at: (at.keys < at.kv_len) & ((at.keys <= at.row) if causal else True))
     assert nk == -(-300 // tile) * tile and not keep[..., 300:].any()
-    want = np.broadcast_to(_keep_mask(300, causal=causal, key_lengths=np.array(lengths)), (3, 1, 300, 300))
+    want = np.broadcast_to(keep_mask(300, causal=causal, key_lengths=np.array(lengths)), (3, 1, 300, 300))
     assert np.array_equal(keep[..., :300], want)

@@ -14,12 +14,11 @@ from ..arrays import BF16, bf16_bits, bf16_values
 from ..device import H100_SXM
 from ..exercise_rows import PRODUCT_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
-from .shared import KEY_FROM_G, forward_magnitude, forward_mistakes, forward_with_mask, key_from_g_forward, qkv, \
-    scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
-from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE, \
-    _blocks8_transposed, _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref, \
-    _operands_crossed
+from .m08_tensor_cores import FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE
+from .shared import C_ROWS, C_ROWS_SWAPPED, KEY_FROM_G, blocks8_transposed, c_rows_halves_swapped, c_rows_paired, \
+    forward_magnitude, forward_mistakes, forward_with_mask, half_accumulation, k_step_mistakes, key_from_g_forward, \
+    matmul_ref, operands_crossed, qkv, scale_of, tile_skipping_io
 
 MODULE = "09_pipelines"
 F16, F32 = np.float16, np.float32
@@ -96,7 +95,7 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
         race_check=True,
         race_case=race_case,
         mistakes=[
-            *_k_step_mistakes(bk),
+            *k_step_mistakes(bk),
             Mistake("a refill copies the current step's K slice",
                     "the copy issued while step s is multiplied brings step s + STAGES - 1: its K offset is "
                     "(s + STAGES - 1) * BK, the same step whose stage it fills.",
@@ -107,8 +106,8 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
             Mistake("B loaded without .trans",
                     "B is K x N with a row holding consecutive n, but the B fragment needs two consecutive k of one column "
                     "in a register: load it with ldmatrix_x4_trans.",
-                    lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(np.asarray(x["B"], np.float64))))),
-            *_operands_crossed(),
+                    lambda p, x: dict(C=ref.matmul(x["A"], blocks8_transposed(np.asarray(x["B"], np.float64))))),
+            *operands_crossed(),
             *([Mistake(f"the slice loop stops after {GEMM_BK // 16} slices, the default build's count",
                        f"with -DBK={bk} a K step holds BK / 16 = {bk // 16} slices: every loop bound, fragment count and "
                        "stage index must come from the macros (BK / 16, WM / 16, WN / 8, STAGES), never from the "
@@ -117,9 +116,9 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
                                                       x["B"][np.arange(p.K) % bk < GEMM_BK])))]
               if bk > GEMM_BK else []),
             Mistake("accumulator in half precision", "accumulate in float registers and convert only the result.",
-                    _half_accumulation),
-            Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(_matmul_ref(p, x)["C"]))),
-            Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(_matmul_ref(p, x)["C"]))),
+                    half_accumulation),
+            Mistake(*C_ROWS, lambda p, x: dict(C=c_rows_paired(matmul_ref(p, x)["C"]))),
+            Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=c_rows_halves_swapped(matmul_ref(p, x)["C"]))),
         ],
     )
 

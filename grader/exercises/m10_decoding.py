@@ -25,8 +25,7 @@ from .. import reference as ref
 from ..device import H100_SXM, block_limits
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from .shared import max_from_zero, score_sizes
-from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
+from .shared import K_MATRICES, Q_MATRICES, V_MATRICES, matrices_crossed, max_from_zero, score_sizes
 
 MODULE = "10_decoding"
 F16, F32 = np.float16, np.float32
@@ -790,7 +789,7 @@ def _q_crossed(p, x):
     """Q's A fragments loaded through crossed ldmatrix addresses (module 08's Q_MATRICES): each 16-row group of a
     query tile mixes the row halves of its two column halves (rows past S_q are the tile's zero rows)."""
     pp, xx = _padded(p, x)
-    return _tiled(p, _split_ref(pp, dict(xx, Q=_matrices_crossed(xx["Q"]))))
+    return _tiled(p, _split_ref(pp, dict(xx, Q=matrices_crossed(xx["Q"]))))
 
 
 def _chunk_crossed(name):
@@ -807,7 +806,7 @@ def _chunk_crossed(name):
         for b, h, s in np.ndindex(p.B, p.H, p.splits):
             start, end = s * chunk, min(s * chunk + chunk, int(lengths[b, h]))
             if end > start:
-                crossed[b, h, s, start:end] = _matrices_crossed(per_split[b, h, 0, start:end])
+                crossed[b, h, s, start:end] = matrices_crossed(per_split[b, h, 0, start:end])
         k, v = (crossed, v) if name == "K" else (k, crossed)
         state = ref.partial_state(q, k, v, scale=float(scale_of(p)), mask=_keep(pp)[..., None, :])
         return _tiled(p, _as_split(ref.finalize_state(state)))

@@ -18,10 +18,9 @@ from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
 from ..exercise_rows import BACKWARD_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
-from .shared import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
-    forward_with_mask, qkv, scale_of, tile_skipping_io
+from .shared import K_MATRICES, KEY_FROM_G, Q_MATRICES, V_MATRICES, backward_magnitude, forward_magnitude, \
+    forward_mistakes, forward_with_mask, keep_mask, matrices_crossed, qkv, scale_of, tile_skipping_io
 from .m05_masking import padding_mistakes
-from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
 
 MODULE = "11_capstone"
 KERNEL = "capstone_fwd"
@@ -66,15 +65,15 @@ def _values(x, dtype=F32):
 
 
 def _keep(p, x):
-    return _keep_mask(p.N, causal=p.causal, key_lengths=x["key_lengths"])
+    return keep_mask(p.N, causal=p.causal, key_lengths=x["key_lengths"])
 
 
 def _crossed(name):
     """The forward with ``name``'s fragments (K, Q or V) loaded through crossed ldmatrix addresses (module
-    08's _matrices_crossed), on the kernel's inputs as values (``v``); rows past N are the tile's zero-filled
+    08's matrices_crossed), on the kernel's inputs as values (``v``); rows past N are the tile's zero-filled
     rows."""
     def model(p, v):
-        v = dict(v, **{name: _matrices_crossed(v[name])})
+        v = dict(v, **{name: matrices_crossed(v[name])})
         o, lse = ref.attention_forward(v["Q"], v["K"], v["V"], causal=p.causal, scale=float(scale_of(p)),
                                        key_lengths=v["key_lengths"])
         return dict(O=o) if name == "V" else dict(O=o, L=lse)
@@ -100,7 +99,7 @@ def _causal_mistakes():
         def wrong(p, x):
             if not p.causal:
                 return None
-            lengths = _keep_mask(p.N, key_lengths=x["key_lengths"])
+            lengths = keep_mask(p.N, key_lengths=x["key_lengths"])
             o, lse = forward_with_mask(x, float(scale_of(p)), keep_ij(p)[None, None] & lengths)
             return dict(O=o, L=lse)
         return wrong
@@ -361,7 +360,7 @@ def _bwd_grads(p, x, keep=None, lse_factor=1.0, use_lse=True, use_d=True, scale_
 
     def use(name, product, value=None):
         value = v[name] if value is None else value
-        return _matrices_crossed(value) if f"{name}.{product}" in crossed else value
+        return matrices_crossed(value) if f"{name}.{product}" in crossed else value
 
     s = float(scale_of(p))
     keep = _keep(p, x) if keep is None else keep
@@ -405,7 +404,7 @@ def _bwd_magnitude(outputs):
 
 def _unpadded(p):
     """The keep-mask of a kernel that ignores key_lengths: causal only, or every key."""
-    return _keep_mask(p.N, causal=True) if p.causal else np.ones((1, 1, p.N, p.N), bool)
+    return keep_mask(p.N, causal=True) if p.causal else np.ones((1, 1, p.N, p.N), bool)
 
 
 def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
@@ -485,7 +484,7 @@ def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
     found += [Mistake(*_crossed_load(load), wrong(crossed={load})) for load in loads]
     if causal:
         i_, j_ = (lambda n: np.arange(n)[:, None]), (lambda n: np.arange(n)[None, :])
-        lengths = lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
+        lengths = lambda p, x: keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
         found += [
             Mistake("no causal mask", "query i does not see keys j > i: P = 0 there, in every tile that crosses "
                     "the diagonal.", wrong(keep=lengths)),
