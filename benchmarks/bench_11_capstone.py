@@ -275,7 +275,7 @@ def ablation_main(out: Path, source: str):
     """The ablation rows again, beside the kept results of results/capstone.json (same GPU model
     required): for a change to ABLATIONS without a new sweep. Writes DIR/capstone.json whole."""
     cap = json.loads((RESULTS / "capstone.json").read_text())
-    device = benchmark._device_name()
+    device = benchmark.device_name()
     if {r.get("device") for r in cap["bench"]} != {device}:
         raise SystemExit(f"results/capstone.json was measured on another GPU than this {device}: run the whole bench")
     cap["ablation"] = []

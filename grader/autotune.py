@@ -49,9 +49,14 @@ from types import SimpleNamespace
 from typing import Callable
 
 from .backend import backend as active_backend
+from .benchmark import REFUSAL, Budget, EventTimer, device_name, kernel_dtype, race
+from .benchspec import SPECS, get_spec, parse_shape
+from .checks import get_exercise, run_check, source_of
 from .device import H100_SXM
 from .errors import CourseError, LaunchConfigError
 from .exercise_rows import SPACES, Space, register_space  # noqa: F401  (the spaces are declared with the rows)
+from .kernel import RawKernel
+from .launch import check_launch
 
 CACHE_VERSION = 2  # 2: the finalists raced (step 6)
 FINALISTS = 4
@@ -184,7 +189,6 @@ def gpu_timer(budget=None, seed: int = 0) -> Callable:
     """The default timer on a GPU: ``timer(ex, kernel, p, dtype) -> ms``, the median time of the
     compiled ``kernel`` launched as the exercise row ``ex`` says at parameters ``p``, measured by
     the benchmark harness (``budget``: a ``benchmark.Budget``) without baselines."""
-    from .benchmark import Budget, EventTimer, race
 
     budget = budget or Budget()
     events = []  # one L2-flushing timer (its buffer is twice the L2) for every configuration
@@ -211,13 +215,12 @@ def _max_shared_bytes(be: str) -> int:
 
 def _source(kernel) -> str:
     """What check and bench accept (source text, or a kernel made by %%cuda), or a file path."""
-    from .checks import _source_of
 
     if isinstance(kernel, Path):
         return kernel.read_text()
     if isinstance(kernel, str) and "\n" not in kernel and kernel.endswith((".cu", ".cuh")) and Path(kernel).is_file():
         return Path(kernel).read_text()
-    return _source_of(kernel)
+    return source_of(kernel)
 
 
 def variant(ex, space: Space, cfg: dict):
@@ -229,8 +232,6 @@ def variant(ex, space: Space, cfg: dict):
 
 
 def _over_limits(ex, points, max_shared: int) -> str | None:
-    from .launch import check_launch
-
     for p in points:
         try:
             check_launch(ex.kernel, ex.grid(p), ex.block(p), 0, 0)
@@ -243,8 +244,6 @@ def _over_limits(ex, points, max_shared: int) -> str | None:
 
 
 def _threads(ex, p) -> int:
-    from .launch import check_launch
-
     b = check_launch(ex.kernel, ex.grid(p), ex.block(p), 0, 0)[1]
     return b[0] * b[1] * b[2]
 
@@ -269,8 +268,6 @@ def _final(timed: list, p, dtype, timer, flops) -> None:
 
 def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared, timed: list) -> Row:
     """Steps 1-5 for one configuration; a timed one is added to ``timed`` with its exercise row and build."""
-    from .checks import run_check
-    from .kernel import RawKernel
 
     why = space.exclude(cfg) if space.exclude is not None else None
     if why:
@@ -313,9 +310,6 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
     stored result for the same device, exercise, shape, dtype and build instead of tuning, and
     store a new one; ``refresh``: tune even when one is stored. ``progress(done, total, row)`` is
     called after each configuration (the command line prints a line: a space is minutes of checks)."""
-    from .benchmark import REFUSAL, _device_name, _kernel_dtype
-    from .benchspec import SPECS, get_spec, parse_shape
-    from .checks import get_exercise
 
     ex = get_exercise(exercise_id)  # (also registers every module's exercises and their spaces)
     space = SPACES.get(exercise_id)
@@ -332,13 +326,13 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
         shape = dict(shape or {})
     else:
         get_spec(exercise_id)  # raises: a shape in words needs the exercise's benchmark defaults
-    dtype = _kernel_dtype(source, ex, dtype, "tuned")
+    dtype = kernel_dtype(source, ex, dtype, "tuned")
 
     be = active_backend()
     if timer is None and be == "gpu":
         get_spec(exercise_id)  # timing at full size needs the exercise's benchmark declaration
         timer = gpu_timer()
-    device = _device_name() if be == "gpu" else EMULATOR
+    device = device_name() if be == "gpu" else EMULATOR
     build = _build_hash(source, ex.options, space)
     key = " | ".join([device, exercise_id, ",".join(f"{k}={v}" for k, v in shape.items()), dtype, build])
     path = cache_path()

@@ -8,11 +8,13 @@ imports nothing of the grader, so declaring an exercise never pulls in the runti
 """
 from __future__ import annotations
 
+import os
+import secrets
 from dataclasses import dataclass, field
 from typing import Callable
 
 __all__ = ["BACKWARD_NAN", "Case", "EMULATOR_NAN", "Exercise", "Mistake", "PRODUCT_NAN", "REGISTRY", "SOFTMAX_NAN", "SPACES",
-           "Space", "TRITON_REGISTRY", "TritonExercise", "case", "exercise", "hidden", "register_space", "triton_exercise"]
+           "Space", "TRITON_REGISTRY", "TritonExercise", "case", "exercise", "grading_seed", "hidden", "register_space", "triton_exercise"]
 
 
 @dataclass(frozen=True)
@@ -30,12 +32,19 @@ class Case:
         return f"'{self.name}' ({shape}{seed})"
 
 
+def grading_seed() -> int:
+    """Seed base for hidden cases: the instructor's secret ``GRADER_SEED`` if set, else fresh
+    randomness, so no submission can hard-code the outputs of a public repository's cases."""
+    env = os.environ.get("GRADER_SEED")
+    return int(env) if env else secrets.randbits(31)
+
+
 def case(name: str, seed: int = 0, **params) -> Case:
     return Case(name, params, seed)
 
 
 def hidden(name: str, **params) -> Case:
-    """A grading-only case; its seed is drawn when grading (see ``checks.grading_seed``)."""
+    """A grading-only case; its seed is drawn when grading (see :func:`grading_seed`)."""
     return Case(name, params, 0, hidden=True)
 
 

@@ -81,7 +81,7 @@ from ..signature import Signature
 from ..source import format_compile_log, student_code, translation_unit
 from . import _toolchain, _worker
 from ._build import CompilerFault, Library, build
-from ._toolchain import available, fiber_backend
+from ._toolchain import available, boost_available, clang, compiler_id, fiber_backend, gxx  # noqa: F401  (doctor, checks)
 from .profile import Profile, build_profile
 
 __all__ = [
