@@ -51,7 +51,7 @@ from typing import Callable
 from .backend import backend as active_backend
 from .benchmark import REFUSAL, Budget, EventTimer, device_name, kernel_dtype, race
 from .benchspec import SPECS, get_spec, parse_shape
-from .checks import get_exercise, run_check, source_of
+from .checks import get_exercise, refuse_unsupported, run_check, source_of
 from .device import H100_SXM
 from .errors import CourseError, LaunchConfigError
 from .exercise_rows import SPACES, Space, register_space  # noqa: F401  (the spaces are declared with the rows)
@@ -329,6 +329,7 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
     dtype = kernel_dtype(source, ex, dtype, "tuned")
 
     be = active_backend()
+    refuse_unsupported(ex, be)
     if timer is None and be == "gpu":
         get_spec(exercise_id)  # timing at full size needs the exercise's benchmark declaration
         timer = gpu_timer()

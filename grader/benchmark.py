@@ -36,7 +36,7 @@ import numpy as np
 from .arrays import empty, never_written
 from .backend import backend as active_backend
 from .benchspec import DTYPES, ITEMSIZE, SDPA_BWD_BYTES, SDPA_BWD_FLOPS, device_inputs, get_spec, parse_shape
-from .checks import get_exercise, run_check
+from .checks import get_exercise, refuse_unsupported, run_check
 from .errors import BackendUnavailableError, CourseError
 from .judge import dtype_name
 from .kernel import RawKernel
@@ -741,6 +741,7 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
         raise BackendUnavailableError(REFUSAL.format(exercise=exercise))
 
     ex, spec = get_exercise(exercise), get_spec(exercise)
+    refuse_unsupported(ex, be)
     source = kernel_source(kernel, "bench(exercise, kernel)")
     shape = parse_shape(shape, spec)
     dtype = kernel_dtype(source, ex, dtype)

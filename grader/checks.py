@@ -27,7 +27,9 @@ from . import exercises  # noqa: F401  (declares every module's exercises)
 from .arrays import empty, to_device, to_host, zeros
 from .backend import backend as active_backend
 from .errors import BackendUnavailableError, CourseError, KernelFault, KernelTimeoutError, RaceConditionError
+from .device import models_for, runs_on
 from .exercise_rows import REGISTRY, TRITON_REGISTRY, Case, Exercise, grading_seed
+from .gpu import compute_capability
 from .judge import (CaseResult, CheckResult, changed_inputs, compare, compose, dtype_name, error_ratio, fit_every_case,
                     generic_diagnosis, magnitudes, mistake_fits, output_values, tolerance)
 from .kernel import RawKernel
@@ -178,6 +180,17 @@ def case_margins(ex: Exercise, compiled, c: Case, seed: int, be: str) -> dict:
     return out
 
 
+def refuse_unsupported(ex: Exercise, be: str) -> None:
+    """Raise, in one sentence, where the GPU lacks the architecture the exercise ``requires``."""
+    if ex.requires is None or be != "gpu":
+        return
+    cc = compute_capability()
+    if not runs_on(ex.requires, cc):
+        raise BackendUnavailableError(
+            f"{ex.id} needs {ex.requires} (an {models_for(ex.requires)}) and this GPU is sm_{cc}: run it on the CPU "
+            "emulator instead (GRADER_BACKEND=cpu, or grader.set_backend('cpu') in a notebook).")
+
+
 def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool = False, backend: str | None = None,
               seed: int | None = None, options: tuple = ()) -> CheckResult:
     """Judge ``source`` on an exercise's cases. Pure data in and out, so it can run anywhere.
@@ -186,6 +199,7 @@ def run_check(exercise_id: str | Exercise, source: str, *, include_hidden: bool 
     if getattr(ex, "kind", "cuda") == "triton":
         return run_triton_check(ex, source, include_hidden=include_hidden, backend=backend, seed=seed)
     be = backend or active_backend()
+    refuse_unsupported(ex, be)
     cases = ex.cases if include_hidden else ex.visible_cases()
     try:
         compiled = RawKernel(source, ex.kernel, options=ex.options + tuple(options), backend=be).compile()

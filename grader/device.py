@@ -88,6 +88,21 @@ A100_SXM = Gpu(name="A100 SXM 80GB", arch="sm_80", sms=108, shared_per_sm=164 * 
 GPUS = (H100_SXM, H200, A100_SXM)
 
 
+def runs_on(requires: str, compute_capability: str) -> bool:
+    """Whether a GPU of ``compute_capability`` ("90", as CUDA reports it) runs code built for
+    ``requires``: "sm_90a" (architecture-specific features such as wgmma) only on 9.0 itself,
+    "sm_80" on 8.0 and every later one."""
+    want = requires.removeprefix("sm_")
+    if want.endswith("a"):
+        return compute_capability == want[:-1]
+    return int(compute_capability) >= int(want)
+
+
+def models_for(requires: str) -> str:
+    """The GPUs of the table that run ``requires``, in words ("H100 SXM or H200")."""
+    return " or ".join(g.name for g in GPUS if runs_on(requires, g.arch.removeprefix("sm_")))
+
+
 def _ceil_div(n: int, b: int) -> int:
     return -(-n // b)
 

@@ -104,6 +104,10 @@ class Exercise:
     # where a NaN the kernel computed usually comes from in this kind of kernel, after the general
     # "inf - inf, 0 * inf or 0 / 0"; None: the softmax's causes (attention and softmax kernels)
     nan_causes: str | None = None
+    # the NVRTC architecture the kernel needs beyond the course's sm_80/sm_90 ("sm_90a": wgmma, TMA):
+    # on a GPU without it check, bench and tune refuse with a sentence; the emulator runs it;
+    # `python -m grader compile --exercise ID` builds it for that architecture only
+    requires: str | None = None
 
     def visible_cases(self):
         return [c for c in self.cases if not c.hidden]

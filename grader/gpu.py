@@ -17,6 +17,13 @@ def _toolkit_headers() -> list[str]:
     return [f"-I{d}" for d in cuda_include_dirs() if Path(d, "crt", "mma.h").exists()][:1]
 
 
+def compute_capability() -> str:
+    """This GPU's compute capability as CUDA reports it ("90" on an H100)."""
+    import cupy
+
+    return str(cupy.cuda.Device().compute_capability)
+
+
 class GpuKernel:
     def __init__(self, tu: str, code: str, name: str, options: tuple[str, ...]):
         import cupy

@@ -17,6 +17,12 @@ from .source import FILE_NAME, INCLUDE_DIR, format_compile_log, translation_unit
 DEFAULT_ARCHS = (A100_SXM.arch, H100_SXM.arch)
 
 
+def archs_for(requires: str | None) -> tuple[str, ...]:
+    """What a kernel is built for: the course's default architectures, or only the one an exercise
+    ``requires`` (code for sm_90a's wgmma does not build for sm_80)."""
+    return (requires,) if requires else DEFAULT_ARCHS
+
+
 def _nvrtc():
     try:
         from cupy_backends.cuda.libs import nvrtc
