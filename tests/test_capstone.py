@@ -11,11 +11,11 @@ from grader import autotune
 from grader.__main__ import main
 from grader.benchspec import get_spec, parse_shape
 from grader.capstone import bench_capstone, build
-from grader.course import solution_source
-from grader.errors import BackendUnavailableError
+from grader.course import ROOT, solution_source
+from grader.errors import BackendUnavailableError, CourseError
 from grader.exercises import m11_capstone as m11
 
-RESULTS = json.loads(m11.TUNED.read_text())
+RESULTS = json.loads((ROOT / "benchmarks" / "results" / "capstone.json").read_text())
 
 
 def test_bench_capstone_refuses_on_the_emulator_and_says_how_to_check(on_emulator, tmp_path, capsys):
@@ -73,6 +73,20 @@ def test_the_committed_records_cover_every_configuration_and_length():
         assert r["kernel"] == f"capstone_fwd_d{r['d']}" + ("_causal" if r["causal"] else "")
         assert r["baseline"].endswith("FLASH_ATTENTION") and r["ratio"] == pytest.approx(
             r["baseline_ms"] / r["ms"], rel=2e-3)
+
+
+def test_the_package_keeps_the_committed_runs_launch_choices():
+    # m11 reads its tuned choices from package data; a new results/capstone.json must be followed by
+    # `python benchmarks/bench_11_capstone.py tuned` (its --merge does it), or this fails
+    assert json.loads(m11.TUNED.read_text()) == m11.tuned_choices(RESULTS)
+    assert len(m11.tuned_choices(RESULTS)["tuned"]) == len(m11.CONFIGS)
+
+
+def test_missing_tuned_choices_fail_loudly(monkeypatch, tmp_path):
+    monkeypatch.setattr(m11, "TUNED", tmp_path / "capstone_tuned.json")
+    with pytest.raises(CourseError, match=r"capstone_tuned.json is missing \(No such file or directory\): the "
+                                          r"capstone's tuned launch choices are package data"):
+        m11.tuned_configs()
 
 
 def test_a_tuned_build_rehearses_on_the_emulator(on_emulator):
