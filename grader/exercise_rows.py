@@ -81,7 +81,7 @@ class Exercise:
     options: tuple = ()
     # (p, inputs) -> {output: float64 array}: the size of the terms behind each expected element
     # (e.g. sum_k |a_ik b_kj| for a matmul), so the tolerance scales with the problem; see
-    # grader/checks.py. None: the size of the expected value itself.
+    # grader/judge.py. None: the size of the expected value itself.
     magnitude: Callable | None = None
     # output -> (rtol, atol) on every backend, in place of the dtype's tolerance (a conversion: (0, 0))
     tolerance: dict = field(default_factory=dict)

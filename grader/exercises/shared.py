@@ -50,7 +50,7 @@ def scale_of(p):
     return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
 
 
-# --- the size of the terms behind each output (the tolerance scales with it, see grader/checks.py)
+# --- the size of the terms behind each output (the tolerance scales with it, see grader/judge.py)
 
 
 def keep_mask(n, causal=False, key_lengths=None):
