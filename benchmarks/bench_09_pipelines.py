@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grader  # noqa: E402
-from grader import autotune, benchmark, benchspec, launch  # noqa: E402
+from grader import autotune, benchmark, benchspec  # noqa: E402
+from grader.device import H100_SXM  # noqa: E402
 from grader.checks import REGISTRY, run_check  # noqa: E402
 from grader.course import solution_source  # noqa: E402
 from grader.exercises import m09_pipelines as m09  # noqa: E402
@@ -115,7 +116,7 @@ def gpu_main(out: Path, repeats: int = 3):
                        STAGES=stages)
             ex_id = build("tc_flash_fwd_swizzle", dtype, d, causal, stages, block_rows)
             smem = REGISTRY[ex_id].shared_mem(benchspec.SPECS[ex_id].params(benchspec.SPECS[ex_id].shape))
-            if smem > launch.MAX_SHARED_BYTES_OPTIN:
+            if smem > H100_SXM.max_shared_per_block_optin:
                 sweep_rows.append(row | dict(status=f"{smem} bytes of shared memory: over the per-block limit"))
                 continue
             report = grader.bench(ex_id, sources["tc_flash_fwd_swizzle"], dtype=dtype, baselines=False)

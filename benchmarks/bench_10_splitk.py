@@ -38,7 +38,8 @@ import decode  # noqa: E402
 from grader import benchmark  # noqa: E402
 from grader import reference as ref  # noqa: E402
 from grader.course import solution_source  # noqa: E402
-from grader.exercises.m10_decoding import (H100_SMS, MERGE_THREADS, SPLITK_BENCH_SHAPES, SPLITK_ROWS,  # noqa: E402
+from grader.device import H100_SXM  # noqa: E402
+from grader.exercises.m10_decoding import (MERGE_THREADS, SPLITK_BENCH_SHAPES, SPLITK_ROWS,  # noqa: E402
                                            SPLITK_THREADS, choose_fwd_splits, splitk_shared_bytes, splitk_tiles)
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -171,7 +172,7 @@ def gpu_main(out: Path, merged: bool = False):
                 rec = dict(kernel=label, dtype="fp16", d=d, causal=False, B=B, H=H, S=N, ms=sig(ms),
                            tflops=sig(flops / ms / 1e9), baseline="sdpa_flash", baseline_tflops=None, ratio=None,
                            S_q=S_q, N=N, splits=splits, blocks=row["blocks"],
-                           blocks_per_sm=sig(row["blocks"] / H100_SMS), repeat_ms=[sig(t) for t in times[splits]],
+                           blocks_per_sm=sig(row["blocks"] / H100_SXM.sms), repeat_ms=[sig(t) for t in times[splits]],
                            run_to_run=sig(benchmark.run_to_run_spread(times[splits])),
                            max_abs_err_vs_sdpa=row["max_abs_err_vs_sdpa"], device=device,
                            source="notebooks/10_decoding")
@@ -190,7 +191,7 @@ def gpu_main(out: Path, merged: bool = False):
             done += 1
             # written after every shape, so that a run cut short keeps what it measured (and says so)
             decode.write_results(out, "bench_10_splitk.py", merged,
-                                 dict(device=device, sms=H100_SMS, shapes_done=done, shapes=2 * len(SHAPES),
+                                 dict(device=device, sms=H100_SXM.sms, shapes_done=done, shapes=2 * len(SHAPES),
                                       timing=timing, seconds=round(time.perf_counter() - start)),
                                  dict(bench=records, sweep=sweep), lines)
     print(f"({time.perf_counter() - start:.0f} s on the GPU)")

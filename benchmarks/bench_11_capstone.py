@@ -33,11 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import grader  # noqa: E402
-from grader import benchmark, benchspec, launch  # noqa: E402
+from grader import benchmark, benchspec  # noqa: E402
 from grader.benchmark import Budget  # noqa: E402
 from grader.capstone import build  # noqa: E402
 from grader.checks import REGISTRY, run_check  # noqa: E402
 from grader.course import solution_source  # noqa: E402
+from grader.device import H100_SXM  # noqa: E402
 from grader.exercises import m11_capstone as m11  # noqa: E402
 from grader.kernel import RawKernel  # noqa: E402
 from grader.wrong_corpus import replace_each_once  # noqa: E402
@@ -85,7 +86,7 @@ def sweep(source, dtype, d, causal, rows):
             rows.append(row | dict(status=why))
             continue
         smem = m11.shared_bytes(d, cfg)
-        if smem > launch.MAX_SHARED_BYTES_OPTIN:
+        if smem > H100_SXM.max_shared_per_block_optin:
             rows.append(row | dict(status=f"{smem} bytes of shared memory: over the per-block limit"))
             continue
         ex_id = build(dtype, d, causal, cfg)
@@ -274,7 +275,7 @@ def ablation_main(out: Path, source: str):
     """The ablation rows again, beside the kept results of results/capstone.json (same GPU model
     required): for a change to ABLATIONS without a new sweep. Writes DIR/capstone.json whole."""
     cap = json.loads((RESULTS / "capstone.json").read_text())
-    device = benchmark._device_name()
+    device = benchmark.device_name()
     if {r.get("device") for r in cap["bench"]} != {device}:
         raise SystemExit(f"results/capstone.json was measured on another GPU than this {device}: run the whole bench")
     cap["ablation"] = []
@@ -299,9 +300,17 @@ def emulator_main(source: str):
             raise SystemExit(1)
 
 
+def write_tuned() -> None:
+    """The launch choices of results/capstone.json into the grader package (m11_capstone reads them there)."""
+    m11.TUNED.write_text(json.dumps(m11.tuned_choices(json.loads((RESULTS / "capstone.json").read_text())), indent=1)
+                         + "\n")
+    print(f"wrote {m11.TUNED}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["emulator", "gpu"])
+    ap.add_argument("mode", choices=["emulator", "gpu", "tuned"],
+                    help="tuned: write the package's launch choices (m11.TUNED) from results/capstone.json")
     ap.add_argument("--out", type=Path, default=Path("bench11_out"))
     ap.add_argument("--merge", action="store_true", help="merge the records into results/gpu_evidence.json")
     ap.add_argument("--source", type=Path, help="time this kernel file instead of the instructor notebook's")
@@ -317,7 +326,9 @@ if __name__ == "__main__":
                     "e.g. fp16:128:1), kept beside the others of results/capstone.json (same GPU model required)")
     a = ap.parse_args()
     code = a.source.read_text() if a.source else solution_source("capstone_fwd_d64")
-    if a.mode == "emulator":
+    if a.mode == "tuned":
+        write_tuned()
+    elif a.mode == "emulator":
         emulator_main(code)
     elif a.ablation_only:
         ablation_main(a.out, code)
@@ -334,3 +345,4 @@ if __name__ == "__main__":
             benchmark.merge_records(RESULTS / "gpu_evidence.json",
                                     json.loads((a.out / "capstone.json").read_text())["bench"])
             shutil.copy(a.out / "capstone.json", RESULTS / "capstone.json")
+            write_tuned()

@@ -34,7 +34,7 @@ from grader import benchmark  # noqa: E402
 from grader import reference as ref  # noqa: E402
 from grader.checks import run_check  # noqa: E402
 from grader.course import solution_source  # noqa: E402
-from grader.exercises.m10_decoding import H100_HBM_TBPS as HBM_TBPS  # noqa: E402
+from grader.device import H100_SXM  # noqa: E402
 from grader.exercises.m10_decoding import MERGE_THREADS, SPLIT_THREADS, choose_splits, decode_bytes  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -236,14 +236,14 @@ def gpu_main(out: Path, merged: bool = False):
                            tflops=benchmark._sig(flops / ms / 1e9), baseline="sdpa_flash",
                            baseline_tflops=None, ratio=None, n_q=n_q, splits=splits,
                            gbps=benchmark._sig(nbytes / ms / 1e6),
-                           hbm_fraction=benchmark._sig(nbytes / ms / 1e9 / HBM_TBPS),
+                           hbm_fraction=benchmark._sig(nbytes / ms / 1e9 / H100_SXM.hbm_tbps),
                            repeat_ms=[benchmark._sig(t) for t in times],
                            run_to_run=benchmark._sig(benchmark.run_to_run_spread(times)),
                            max_abs_err_vs_sdpa=err, device=device, source="notebooks/10_decoding")
                 rec.update(sdpa_fields(base, ms, flops, gbps=lambda t: nbytes / t / 1e6))
                 records.append(rec)
                 line = (f"{label:20s} B={B:2d} H={H:2d} n_q={n_q} N={N:6d} splits={splits:3d}: {ms:8.4f} ms "
-                        f"{rec['gbps']:7.0f} GB/s ({rec['hbm_fraction']:.0%} of {HBM_TBPS} TB/s) | SDPA flash "
+                        f"{rec['gbps']:7.0f} GB/s ({rec['hbm_fraction']:.0%} of {H100_SXM.hbm_tbps} TB/s) | SDPA flash "
                         f"{rec.get('baseline_ms')} ms ({rec.get('baseline_gbps')} GB/s, ratio {rec['ratio']}) | cuDNN "
                         f"{rec.get('cudnn_ms')} ms | max |O - sdpa| {err:.1e}")
                 print(line, flush=True)
@@ -263,7 +263,7 @@ def gpu_main(out: Path, merged: bool = False):
             ms = float(np.median(measure(ours(split, merge, tensors, splits)[0])))
             row = dict(B=B, H=H, n_q=n_q, S=N, d=d, splits=splits, blocks=B * H * splits, ms=benchmark._sig(ms),
                        gbps=benchmark._sig(nbytes / ms / 1e6),
-                       hbm_fraction=benchmark._sig(nbytes / ms / 1e9 / HBM_TBPS), chosen=splits == chosen)
+                       hbm_fraction=benchmark._sig(nbytes / ms / 1e9 / H100_SXM.hbm_tbps), chosen=splits == chosen)
             rows.append(row)
             line = (f"sweep B={B} H={H} n_q={n_q} N={N} d={d} splits={splits:4d} blocks={row['blocks']:6d}: "
                     f"{ms:8.4f} ms {row['gbps']:7.0f} GB/s")
@@ -273,7 +273,7 @@ def gpu_main(out: Path, merged: bool = False):
         del tensors
         torch.cuda.empty_cache()
 
-    write_results(out, "decode.py", merged, dict(device=device, hbm_tbps=HBM_TBPS), dict(bench=records, sweep=sweep),
+    write_results(out, "decode.py", merged, dict(device=device, hbm_tbps=H100_SXM.hbm_tbps), dict(bench=records, sweep=sweep),
                   lines)
     return records
 

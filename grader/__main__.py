@@ -4,6 +4,7 @@
     python -m grader check vector_add my.cu        visible cases on the kernel in my.cu
     python -m grader check vector_add my.cu --all  grading cases too (fresh random inputs)
     python -m grader compile my.cu                 NVRTC syntax check for sm_80/sm_90, no GPU needed
+    python -m grader compile my.cu --exercise ID   ... with the exercise's options, for sm_90a if it requires it
     python -m grader bench flash_fwd_row my.cu     check, then time on the GPU against PyTorch/cuBLAS
     python -m grader bench capstone my.cu          module 11's kernel in all 8 configurations vs SDPA flash, cuDNN
         [--shape B=4,H=16,S=4096,d=64] [--dtype fp32] [--reps 10] [--repeats 3] [--json out.json]
@@ -65,11 +66,16 @@ def _check(args) -> int:
 
 
 def _compile(args) -> int:
+    from .checks import REGISTRY, get_exercise
     from .errors import CourseError
-    from .nvrtc import compile_check
+    from .nvrtc import archs_for, compile_check
 
     try:
-        sizes = compile_check(Path(args.file).read_text(), kernel=Path(args.file).name)
+        if args.exercise and get_exercise(args.exercise) and args.exercise not in REGISTRY:
+            raise CourseError(f"{args.exercise} is a Triton exercise: NVRTC builds CUDA C only")
+        ex = REGISTRY.get(args.exercise)
+        archs, options = (archs_for(ex.requires), ex.options) if ex else (archs_for(None), ())
+        sizes = compile_check(Path(args.file).read_text(), archs, options, kernel=Path(args.file).name)
     except (CourseError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -229,6 +235,8 @@ def main(argv=None) -> int:
     p.set_defaults(run=_check)
     p = sub.add_parser("compile", help="NVRTC compile check for sm_80 and sm_90 (needs the nvrtc extra, no GPU)")
     p.add_argument("file")
+    p.add_argument("--exercise", help="build as this exercise does: its -D options, and only the architecture "
+                   "it requires (sm_90a) where it names one")
     p.set_defaults(run=_compile)
     p = sub.add_parser("bench", help="check a kernel, then time it on the GPU next to PyTorch/cuBLAS baselines "
                        "('capstone': module 11's kernel in all 8 configurations)")

@@ -1,6 +1,6 @@
 """Autotuning: compile a kernel once per configuration of its compile-time macros, keep the fastest.
 
-    space = autotune.register(autotune.Space(
+    space = autotune.register_space(autotune.Space(
         exercise="tc_flash_fwd_swizzle_d64", params={"BLOCK_ROWS": (64, 128), "STAGES": (2, 3, 4)},
         grid=lambda p, cfg: (ceil_div(p.N, cfg["BLOCK_ROWS"]), p.H, p.B),
         block=lambda p, cfg: 2 * cfg["BLOCK_ROWS"],
@@ -49,41 +49,20 @@ from types import SimpleNamespace
 from typing import Callable
 
 from .backend import backend as active_backend
+from .benchmark import REFUSAL, Budget, EventTimer, device_name, kernel_dtype, race
+from .benchspec import SPECS, get_spec, parse_shape
+from .checks import get_exercise, refuse_unsupported, run_check, source_of
+from .device import H100_SXM
 from .errors import CourseError, LaunchConfigError
+from .exercise_rows import SPACES, Space, register_space  # noqa: F401  (the spaces are declared with the rows)
+from .kernel import RawKernel
+from .launch import check_launch
 
 CACHE_VERSION = 2  # 2: the finalists raced (step 6)
 FINALISTS = 4
 FINAL_MARGIN = 0.05
 FINAL_ROUNDS = 4
 EMULATOR = "CPU emulator"
-
-
-@dataclass(frozen=True)
-class Space:
-    """The configurations of one exercise's kernel. ``grid``, ``block`` and ``shared_mem`` take
-    the exercise's parameters ``p`` (a case's, or the benchmark shape's) and a configuration
-    ``cfg`` (macro -> value); ``exclude(cfg)`` returns None, or why that combination is not tried;
-    ``row_fields(cfg)``, where given, returns other fields of the exercise row that depend on the
-    configuration (an ``io_check`` that counts tiles of BLOCK_ROWS rows)."""
-
-    exercise: str
-    params: dict
-    grid: Callable
-    block: Callable
-    shared_mem: Callable = lambda p, cfg: 0
-    exclude: Callable | None = None
-    row_fields: Callable | None = None
-
-
-SPACES: dict[str, Space] = {}
-
-
-def register(space: Space) -> Space:
-    for name, values in space.params.items():
-        if not isinstance(values, tuple) or not values:
-            raise ValueError(f"autotune space for {space.exercise}: {name} must be a non-empty tuple of values")
-    SPACES[space.exercise] = space
-    return space
 
 
 def configurations(space: Space) -> list[dict]:
@@ -210,7 +189,6 @@ def gpu_timer(budget=None, seed: int = 0) -> Callable:
     """The default timer on a GPU: ``timer(ex, kernel, p, dtype) -> ms``, the median time of the
     compiled ``kernel`` launched as the exercise row ``ex`` says at parameters ``p``, measured by
     the benchmark harness (``budget``: a ``benchmark.Budget``) without baselines."""
-    from .benchmark import Budget, EventTimer, race
 
     budget = budget or Budget()
     events = []  # one L2-flushing timer (its buffer is twice the L2) for every configuration
@@ -225,10 +203,8 @@ def gpu_timer(budget=None, seed: int = 0) -> Callable:
 
 
 def _max_shared_bytes(be: str) -> int:
-    from . import launch
-
     if be != "gpu":
-        return launch.MAX_SHARED_BYTES_OPTIN
+        return H100_SXM.max_shared_per_block_optin
     import cupy
 
     return int(cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
@@ -239,13 +215,12 @@ def _max_shared_bytes(be: str) -> int:
 
 def _source(kernel) -> str:
     """What check and bench accept (source text, or a kernel made by %%cuda), or a file path."""
-    from .checks import _source_of
 
     if isinstance(kernel, Path):
         return kernel.read_text()
     if isinstance(kernel, str) and "\n" not in kernel and kernel.endswith((".cu", ".cuh")) and Path(kernel).is_file():
         return Path(kernel).read_text()
-    return _source_of(kernel)
+    return source_of(kernel)
 
 
 def variant(ex, space: Space, cfg: dict):
@@ -257,8 +232,6 @@ def variant(ex, space: Space, cfg: dict):
 
 
 def _over_limits(ex, points, max_shared: int) -> str | None:
-    from .launch import check_launch
-
     for p in points:
         try:
             check_launch(ex.kernel, ex.grid(p), ex.block(p), 0, 0)
@@ -271,8 +244,6 @@ def _over_limits(ex, points, max_shared: int) -> str | None:
 
 
 def _threads(ex, p) -> int:
-    from .launch import check_launch
-
     b = check_launch(ex.kernel, ex.grid(p), ex.block(p), 0, 0)[1]
     return b[0] * b[1] * b[2]
 
@@ -297,8 +268,6 @@ def _final(timed: list, p, dtype, timer, flops) -> None:
 
 def _try(ex, space, cfg, source, points, p, dtype, be, timer, flops, max_shared, timed: list) -> Row:
     """Steps 1-5 for one configuration; a timed one is added to ``timed`` with its exercise row and build."""
-    from .checks import run_check
-    from .kernel import RawKernel
 
     why = space.exclude(cfg) if space.exclude is not None else None
     if why:
@@ -341,9 +310,6 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
     stored result for the same device, exercise, shape, dtype and build instead of tuning, and
     store a new one; ``refresh``: tune even when one is stored. ``progress(done, total, row)`` is
     called after each configuration (the command line prints a line: a space is minutes of checks)."""
-    from .benchmark import REFUSAL, _device_name, _kernel_dtype
-    from .benchspec import SPECS, get_spec, parse_shape
-    from .checks import get_exercise
 
     ex = get_exercise(exercise_id)  # (also registers every module's exercises and their spaces)
     space = SPACES.get(exercise_id)
@@ -360,13 +326,14 @@ def tune(exercise_id: str, kernel, *, shape: dict | str | None = None, dtype: st
         shape = dict(shape or {})
     else:
         get_spec(exercise_id)  # raises: a shape in words needs the exercise's benchmark defaults
-    dtype = _kernel_dtype(source, ex, dtype, "tuned")
+    dtype = kernel_dtype(source, ex, dtype, "tuned")
 
     be = active_backend()
+    refuse_unsupported(ex, be)
     if timer is None and be == "gpu":
         get_spec(exercise_id)  # timing at full size needs the exercise's benchmark declaration
         timer = gpu_timer()
-    device = _device_name() if be == "gpu" else EMULATOR
+    device = device_name() if be == "gpu" else EMULATOR
     build = _build_hash(source, ex.options, space)
     key = " | ".join([device, exercise_id, ",".join(f"{k}={v}" for k, v in shape.items()), dtype, build])
     path = cache_path()

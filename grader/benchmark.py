@@ -36,7 +36,11 @@ import numpy as np
 from .arrays import empty, never_written
 from .backend import backend as active_backend
 from .benchspec import DTYPES, ITEMSIZE, SDPA_BWD_BYTES, SDPA_BWD_FLOPS, device_inputs, get_spec, parse_shape
+from .checks import get_exercise, refuse_unsupported, run_check
 from .errors import BackendUnavailableError, CourseError
+from .judge import dtype_name
+from .kernel import RawKernel
+from .signature import C_TYPES, QUALIFIERS, parse_signature, strip_comments
 
 REFUSAL = ("the CPU emulator does not model a GPU's speed, so it cannot benchmark a kernel: "
            "to see the memory traffic your kernel makes, run python -m grader profile {exercise} file.cu")
@@ -533,7 +537,6 @@ def _pp_condition(expr: str, macros: dict) -> bool:
 def _preprocessed(source: str, options=()) -> tuple[str, dict]:
     """(text, macros): ``source`` with comments blanked and the lines of the ``#if`` branches that
     the ``-D``/``-U`` options leave out removed, and the object-like macros defined by its end."""
-    from .signature import strip_comments
 
     macros = {}
     for opt in options:
@@ -575,24 +578,23 @@ def _preprocessed(source: str, options=()) -> tuple[str, dict]:
 def _resolve_type(ctype: str, text: str, macros: dict) -> str | None:
     """The NumPy name of ``ctype`` followed through object-like macros and the typedefs and
     ``using`` aliases of ``text`` (None where one is missing, ambiguous or not a plain C type)."""
-    from .signature import _C_TYPES, _QUALIFIERS
 
     aliases: dict = {}
     for m in _ALIAS.finditer(text):
         name, target = (m[2], m[1]) if m[2] else (m[3], m[4])
-        aliases.setdefault(name, set()).add(" ".join(t for t in target.split() if t not in _QUALIFIERS))
+        aliases.setdefault(name, set()).add(" ".join(t for t in target.split() if t not in QUALIFIERS))
     seen = set()
-    while ctype not in _C_TYPES:
+    while ctype not in C_TYPES:
         if ctype in seen:
             return None
         seen.add(ctype)
         if macros.get(ctype):
-            ctype = " ".join(t for t in macros[ctype].split() if t not in _QUALIFIERS)
+            ctype = " ".join(t for t in macros[ctype].split() if t not in QUALIFIERS)
         elif len(aliases.get(ctype, ())) == 1:
             ctype = next(iter(aliases[ctype]))
         else:
             return None
-    return _C_TYPES[ctype]
+    return C_TYPES[ctype]
 
 
 def source_dtype(source: str, kernel: str, options=()) -> str | None:
@@ -601,7 +603,6 @@ def source_dtype(source: str, kernel: str, options=()) -> str | None:
     that the options select (``typedef __nv_bfloat16 elem;`` under ``#if ELEM_BF16``), in the
     source with its comments blanked. None when the source does not say (a pointer parameter whose
     type this reader cannot follow comes first)."""
-    from .signature import parse_signature
 
     try:
         text, macros = _preprocessed(source, options)
@@ -620,17 +621,16 @@ def source_dtype(source: str, kernel: str, options=()) -> str | None:
     return "fp32"
 
 
-def _kernel_dtype(source: str, ex, asked: str | None = None, doing: str = "benchmarked") -> str:
+def kernel_dtype(source: str, ex, asked: str | None = None, doing: str = "benchmarked") -> str:
     """The precision of the kernel's tensors built as the exercise row ``ex`` builds it
     (:func:`source_dtype` under ``ex.options``), or, where the source does not say, the row's
     first output. ``asked`` (a dtype asked for) must be it."""
-    from .checks import _dtype_name
 
     names = {v: k for k, v in DTYPES.items()}
     own = source_dtype(source, ex.kernel, ex.options)
     if own is None:
         p = SimpleNamespace(**ex.visible_cases()[0].params)
-        own = names.get(_dtype_name(ex, next(iter(ex.outputs)), p), "fp32")
+        own = names.get(dtype_name(ex, next(iter(ex.outputs)), p), "fp32")
     if asked is not None and asked not in DTYPES:
         raise CourseError(f"dtype {asked!r}: choose one of {', '.join(DTYPES)}")
     if asked is not None and asked != own:
@@ -640,7 +640,7 @@ def _kernel_dtype(source: str, ex, asked: str | None = None, doing: str = "bench
     return own
 
 
-def _device_name() -> str:
+def device_name() -> str:
     import cupy
 
     return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
@@ -706,7 +706,6 @@ def race(builds: list, repeats: int, budget: Budget | None = None, seed: int = 0
     its row ``ex`` says at parameters ``p``, all of them measured ``repeats`` times in turn. Per build,
     the median ms of each measurement. Timed one after another instead, close builds trade places
     from run to run (the clock a kernel gets depends on what ran before it)."""
-    from .benchspec import get_spec
 
     runners = [kernel_runner(ex, compiled, get_spec(ex.id), p, dtype, seed)[0] for ex, compiled, p, dtype in builds]
     time_in_turn(runners, repeats, budget, timer)
@@ -734,8 +733,6 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
     ``dry_run=True`` does all of it but the timing, on either backend (the emulator too): the
     check, then one launch at ``shape`` whose outputs must all be written; the report holds no
     times. A script rehearses a GPU run that way, at a small shape."""
-    from .checks import get_exercise, run_check
-    from .kernel import RawKernel
 
     be = active_backend()
     if getattr(get_exercise(exercise), "kind", "cuda") == "triton":
@@ -744,12 +741,13 @@ def bench(exercise: str, kernel, *, shape=None, dtype: str | None = None, repeat
         raise BackendUnavailableError(REFUSAL.format(exercise=exercise))
 
     ex, spec = get_exercise(exercise), get_spec(exercise)
+    refuse_unsupported(ex, be)
     source = kernel_source(kernel, "bench(exercise, kernel)")
     shape = parse_shape(shape, spec)
-    dtype = _kernel_dtype(source, ex, dtype)
+    dtype = kernel_dtype(source, ex, dtype)
     if why := spec.unsupported(shape):
         raise CourseError(why)
-    report = BenchReport(exercise, shape, dtype, spec.causal, _device_name() if be == "gpu" else "the CPU emulator",
+    report = BenchReport(exercise, shape, dtype, spec.causal, device_name() if be == "gpu" else "the CPU emulator",
                          check_passed=False)
 
     result = run_check(exercise, source, backend=be)

@@ -25,6 +25,9 @@ from typing import Callable
 
 import numpy as np
 
+from .arrays import array_module
+from .errors import CourseError
+
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 STAT = 4  # bytes of one float32 row statistic or int32 length
@@ -146,8 +149,6 @@ SDPA_BWD_BYTES = _bwd_bytes(5, 1, 3)
 
 
 def get_spec(exercise: str) -> BenchSpec:
-    from .errors import CourseError
-
     if exercise not in SPECS:
         raise CourseError(f"no benchmark is declared for {exercise!r}. Benchmarks exist for: {', '.join(SPECS)}")
     return SPECS[exercise]
@@ -156,7 +157,6 @@ def get_spec(exercise: str) -> BenchSpec:
 def parse_shape(given, spec: BenchSpec) -> dict:
     """``"B=4,S=2048"`` or ``{"B": 4, "S": 2048}`` -> the spec's default shape with those
     entries replaced (None: the defaults)."""
-    from .errors import CourseError
 
     text = ",".join(f"{k}={v}" for k, v in given.items()) if isinstance(given, dict) else (given or "")
     shape = dict(spec.shape)
@@ -208,7 +208,6 @@ def _forward_state(q, k, v, scale, causal, cp, heads_per_step=8):
 def device_inputs(spec: BenchSpec, p, dtype: str, seed: int = 0) -> dict:
     """The kernel's inputs at benchmark size, named as in the exercise: CuPy arrays, or on the
     emulator (a dry run of a benchmark, at a small shape) NumPy arrays built the same way."""
-    from .arrays import array_module
 
     cp = array_module()
     rng = cp.random.default_rng(seed)

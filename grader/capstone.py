@@ -12,9 +12,10 @@ import numpy as np
 from . import benchspec
 from .backend import backend as active_backend
 from .errors import BackendUnavailableError
-from .benchmark import BenchReport, Budget, bench, kernel_source
+from .benchmark import BenchReport, Budget, EventTimer, bench, kernel_source
 from .exercise_rows import REGISTRY
 from .exercises import m11_capstone as m11
+from .kernel import RawKernel
 
 FLASH, CUDNN = "FLASH_ATTENTION", "CUDNN_ATTENTION"
 
@@ -133,8 +134,6 @@ def bench_backward(dkdv, dq, *, configs=None, S: int = 4096, choices: dict | Non
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from .benchmark import EventTimer
-    from .kernel import RawKernel
 
     F = torch.nn.functional
     timer, budget = EventTimer(), Budget(min_runs=10, min_ms=100.0, max_ms=2000.0)

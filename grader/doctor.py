@@ -75,30 +75,30 @@ def _backend() -> tuple[Item, str | None]:
 
 
 def _gxx(required: bool) -> Item:
-    from .emulator import _toolchain
+    from . import emulator
 
-    path = _toolchain.gxx()
+    path = emulator.gxx()
     if path:
-        return Item("g++", OK, _toolchain._compiler_id(path))
+        return Item("g++", OK, emulator.compiler_id(path))
     cost = "the CPU emulator cannot compile kernels" + ("" if required else " (needed only without a GPU)")
     return Item("g++", MISSING if required else ABSENT, cost, _apt("g++"))
 
 
 def _boost() -> Item:
-    from .emulator import _toolchain
+    from . import emulator
 
-    if _toolchain.boost_available():
+    if emulator.boost_available():
         return Item("Boost.Context", OK, "fast fibers for the emulator")
     return Item("Boost.Context", ABSENT, "the emulator uses ucontext fibers: correct, several times slower",
                 _apt("libboost-context-dev"))
 
 
 def _clang(required: bool) -> Item:
-    from .emulator import _toolchain
+    from . import emulator
 
-    path = _toolchain.clang()
+    path = emulator.clang()
     if path:
-        return Item("clang-16", OK, f"{_toolchain._compiler_id(path)}: count_io, race detector, memory profiler, cp.async checks")
+        return Item("clang-16", OK, f"{emulator.compiler_id(path)}: count_io, race detector, memory profiler, cp.async checks")
     cost = ("count_io (the notebooks' byte counts), the race detector and the memory profiler are unavailable"
             + ("" if required else " (emulator features; this machine runs kernels on its GPU)"))
     return Item("clang-16", MISSING if required else ABSENT, cost, _apt("clang-16"))

@@ -1,17 +1,20 @@
-"""The vocabulary exercises are declared in: cases, mistakes, the exercise row, the registry.
+"""The spec layer's vocabulary: cases, mistakes, the exercise row, the registries, the tuning
+spaces and the hint texts a failing check adds about NaN.
 
-Exercise modules (``grader/exercises/m*.py``) import these names from here (or, as before,
-from ``grader.checks``, which re-exports them); the check runner in ``grader/checks.py``
-imports them too. This module imports neither, so declaring an exercise never pulls in the
-runner and the runner never imports the exercise rows at import time.
+Exercise modules (``grader/exercises/m*.py``) declare their rows with these names; the check
+runner (``grader/checks.py``) and the tuner (``grader/autotune.py``) import them too. This module
+imports nothing of the grader, so declaring an exercise never pulls in the runtime that grades it
+(tests/runtime/test_layers.py holds the exercise modules to that).
 """
 from __future__ import annotations
 
+import os
+import secrets
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Case", "Exercise", "Mistake", "REGISTRY", "TRITON_REGISTRY", "TritonExercise", "case", "exercise", "hidden",
-           "triton_exercise"]
+__all__ = ["BACKWARD_NAN", "Case", "EMULATOR_NAN", "Exercise", "Mistake", "PRODUCT_NAN", "REGISTRY", "SOFTMAX_NAN", "SPACES",
+           "Space", "TRITON_REGISTRY", "TritonExercise", "case", "exercise", "grading_seed", "hidden", "register_space", "triton_exercise"]
 
 
 @dataclass(frozen=True)
@@ -29,12 +32,19 @@ class Case:
         return f"'{self.name}' ({shape}{seed})"
 
 
+def grading_seed() -> int:
+    """Seed base for hidden cases: the instructor's secret ``GRADER_SEED`` if set, else fresh
+    randomness, so no submission can hard-code the outputs of a public repository's cases."""
+    env = os.environ.get("GRADER_SEED")
+    return int(env) if env else secrets.randbits(31)
+
+
 def case(name: str, seed: int = 0, **params) -> Case:
     return Case(name, params, seed)
 
 
 def hidden(name: str, **params) -> Case:
-    """A grading-only case; its seed is drawn when grading (see ``checks.grading_seed``)."""
+    """A grading-only case; its seed is drawn when grading (see :func:`grading_seed`)."""
     return Case(name, params, 0, hidden=True)
 
 
@@ -71,7 +81,7 @@ class Exercise:
     options: tuple = ()
     # (p, inputs) -> {output: float64 array}: the size of the terms behind each expected element
     # (e.g. sum_k |a_ik b_kj| for a matmul), so the tolerance scales with the problem; see
-    # grader/checks.py. None: the size of the expected value itself.
+    # grader/judge.py. None: the size of the expected value itself.
     magnitude: Callable | None = None
     # output -> (rtol, atol) on every backend, in place of the dtype's tolerance (a conversion: (0, 0))
     tolerance: dict = field(default_factory=dict)
@@ -94,6 +104,10 @@ class Exercise:
     # where a NaN the kernel computed usually comes from in this kind of kernel, after the general
     # "inf - inf, 0 * inf or 0 / 0"; None: the softmax's causes (attention and softmax kernels)
     nan_causes: str | None = None
+    # the NVRTC architecture the kernel needs beyond the course's sm_80/sm_90 ("sm_90a": wgmma, TMA):
+    # on a GPU without it check, bench and tune refuse with a sentence; the emulator runs it;
+    # `python -m grader compile --exercise ID` builds it for that architecture only
+    requires: str | None = None
 
     def visible_cases(self):
         return [c for c in self.cases if not c.hidden]
@@ -156,3 +170,50 @@ def triton_exercise(**kwargs) -> TritonExercise:
         raise ValueError(f"exercise {ex.id!r} declared twice")
     TRITON_REGISTRY[ex.id] = ex
     return ex
+
+
+# --------------------------------------------------------------------------- NaN hints
+
+EMULATOR_NAN = ("  On the emulator shared memory also starts as NaN, so reading a tile element no thread stored "
+                "(edges of a partial tile not zero-filled) shows up here.")
+
+
+SOFTMAX_NAN = ("e.g. exp(m_old - m_new) when both maxima are -inf (no key seen yet, or all masked: subtract 0 "
+               "instead), or l = 0 for a row with no keys.")
+BACKWARD_NAN = ("in a backward kernel, e.g. P = exp(scale*s - L) with a wrong L (-inf, or the row's L not read), "
+                "0 * inf in dS = P * (dP - D) once D or dP has overflowed, or an operand read from a shared tile "
+                "position no thread stored (with a block-wide product: the rows of a warp that skipped the tile "
+                "must still be written, as zeros).")
+PRODUCT_NAN = ("the inputs here are finite, so an operand was not an input element: a value read from a tile "
+               "position no thread stored, or a fragment register used before anything was loaded into it.")
+
+
+# --------------------------------------------------------------------------- tuning spaces
+
+
+@dataclass(frozen=True)
+class Space:
+    """The configurations of one exercise's kernel. ``grid``, ``block`` and ``shared_mem`` take
+    the exercise's parameters ``p`` (a case's, or the benchmark shape's) and a configuration
+    ``cfg`` (macro -> value); ``exclude(cfg)`` returns None, or why that combination is not tried;
+    ``row_fields(cfg)``, where given, returns other fields of the exercise row that depend on the
+    configuration (an ``io_check`` that counts tiles of BLOCK_ROWS rows)."""
+
+    exercise: str
+    params: dict
+    grid: Callable
+    block: Callable
+    shared_mem: Callable = lambda p, cfg: 0
+    exclude: Callable | None = None
+    row_fields: Callable | None = None
+
+
+SPACES: dict[str, Space] = {}
+
+
+def register_space(space: Space) -> Space:
+    for name, values in space.params.items():
+        if not isinstance(values, tuple) or not values:
+            raise ValueError(f"autotune space for {space.exercise}: {name} must be a non-empty tuple of values")
+    SPACES[space.exercise] = space
+    return space

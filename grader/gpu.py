@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from .device import H100_SXM
 from .errors import CompileError, KernelRuntimeError, LaunchConfigError
 from .source import INCLUDE_DIR, format_compile_log
 
@@ -14,6 +15,13 @@ def _toolkit_headers() -> list[str]:
     from .nvrtc import cuda_include_dirs
 
     return [f"-I{d}" for d in cuda_include_dirs() if Path(d, "crt", "mma.h").exists()][:1]
+
+
+def compute_capability() -> str:
+    """This GPU's compute capability as CUDA reports it ("90" on an H100)."""
+    import cupy
+
+    return str(cupy.cuda.Device().compute_capability)
 
 
 class GpuKernel:
@@ -53,7 +61,8 @@ class GpuKernel:
         if threads > limit:
             raise LaunchConfigError(
                 f"{self.name}: block{tuple(block)} has {threads} threads, but this build can run at most {limit} "
-                f"per block: it uses {regs} registers per thread, and an SM gives one block at most 65536 "
+                f"per block: it uses {regs} registers per thread, and an SM gives one block at most "
+                f"{H100_SXM.registers_per_block} "
                 f"({regs} x {threads} = {regs * threads}). Launch fewer threads per block, or cap the registers "
                 f"with __launch_bounds__({threads}) before the kernel's name (what does not fit then spills to "
                 "local memory).")
@@ -62,7 +71,7 @@ class GpuKernel:
         import cupy
 
         self.check_block(block)
-        if max_dynamic_shared > 48 * 1024:
+        if max_dynamic_shared > H100_SXM.static_shared_per_block:
             self._kernel.max_dynamic_shared_size_bytes = max_dynamic_shared
         try:
             self._kernel(grid, block, tuple(args), shared_mem=shared_mem)

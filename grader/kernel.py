@@ -13,6 +13,7 @@ import sys
 from . import launch as _launch
 from .arrays import is_device_array
 from .backend import backend as active_backend
+from .device import H100_SXM
 from .errors import BackendUnavailableError, KernelSourceError
 from .signature import check_args, parse_signature
 from .source import translation_unit
@@ -39,7 +40,7 @@ class RawKernel:
                 "(C++ would otherwise mangle the name)."
             )
         self.backend = backend or active_backend()
-        self.max_dynamic_shared_size_bytes = _launch.DEFAULT_SHARED_BYTES
+        self.max_dynamic_shared_size_bytes = H100_SXM.static_shared_per_block
         self.last_launch = None  # the emulator's LaunchReport of the latest launch
         self._compiled = None
 
@@ -74,10 +75,10 @@ class RawKernel:
     def __call__(self, grid, block, args, *, shared_mem=0, time_limit=None, race_check=False, count_io=False,
                  profile=False):
         if not isinstance(self.max_dynamic_shared_size_bytes, int) or not (
-            0 <= self.max_dynamic_shared_size_bytes <= _launch.MAX_SHARED_BYTES_OPTIN
+            0 <= self.max_dynamic_shared_size_bytes <= H100_SXM.max_shared_per_block_optin
         ):
             raise _launch.LaunchConfigError(
-                f"{self.name}: max_dynamic_shared_size_bytes must be an int up to {_launch.MAX_SHARED_BYTES_OPTIN}"
+                f"{self.name}: max_dynamic_shared_size_bytes must be an int up to {H100_SXM.max_shared_per_block_optin}"
             )
         g, b, smem = _launch.check_launch(self.name, grid, block, shared_mem, self.max_dynamic_shared_size_bytes)
         array_kind = "a CuPy array (grader.to_device(x))" if self.backend == "gpu" else "a NumPy array"

@@ -1,17 +1,12 @@
-"""Launch-configuration rules shared by both backends: the limits of a current NVIDIA GPU
-(compute capability 8.x/9.x), checked before anything runs so mistakes get a sentence, not a
+"""Launch-configuration rules shared by both backends: the H100's limits (grader.device), checked
+before anything runs so mistakes get a sentence, not a
 CUDA error code."""
 from __future__ import annotations
 
 import numbers
 
+from .device import H100_SXM
 from .errors import LaunchConfigError
-
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIM = (1024, 1024, 64)
-MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
-DEFAULT_SHARED_BYTES = 48 * 1024  # static limit, and dynamic limit without opting in
-MAX_SHARED_BYTES_OPTIN = 227 * 1024  # H100 per-block maximum with the opt-in attribute
 
 
 def ceil_div(n: int, b: int) -> int:
@@ -38,24 +33,24 @@ def dims(value, what: str, kernel: str) -> tuple[int, int, int]:
 def check_launch(kernel: str, grid, block, shared_mem, max_dynamic_shared: int):
     g = dims(grid, "grid", kernel)
     b = dims(block, "block", kernel)
-    for axis, (v, limit) in enumerate(zip(b, MAX_BLOCK_DIM)):
+    for axis, (v, limit) in enumerate(zip(b, H100_SXM.max_block_dim)):
         if v > limit:
             raise LaunchConfigError(f"{kernel}: block{b} has {v} threads along {'xyz'[axis]}, over the limit of {limit}")
     threads = b[0] * b[1] * b[2]
-    if threads > MAX_THREADS_PER_BLOCK:
+    if threads > H100_SXM.max_threads_per_block:
         raise LaunchConfigError(
-            f"{kernel}: block{b} has {threads} threads; a block holds at most {MAX_THREADS_PER_BLOCK}. "
+            f"{kernel}: block{b} has {threads} threads; a block holds at most {H100_SXM.max_threads_per_block}. "
             "Use more blocks with fewer threads each."
         )
-    for axis, (v, limit) in enumerate(zip(g, MAX_GRID_DIM)):
+    for axis, (v, limit) in enumerate(zip(g, H100_SXM.max_grid_dim)):
         if v > limit:
             raise LaunchConfigError(f"{kernel}: grid{g} has {v} blocks along {'xyz'[axis]}, over the limit of {limit}")
     if isinstance(shared_mem, bool) or not isinstance(shared_mem, numbers.Integral) or shared_mem < 0:
         raise LaunchConfigError(f"{kernel}: shared_mem must be a non-negative int (bytes), got {shared_mem!r}")
     if shared_mem > max_dynamic_shared:
-        if shared_mem > MAX_SHARED_BYTES_OPTIN:
+        if shared_mem > H100_SXM.max_shared_per_block_optin:
             raise LaunchConfigError(
-                f"{kernel}: shared_mem={shared_mem} bytes is over the {MAX_SHARED_BYTES_OPTIN} bytes "
+                f"{kernel}: shared_mem={shared_mem} bytes is over the {H100_SXM.max_shared_per_block_optin} bytes "
                 "(227 KB) a block can have on an H100. Use smaller tiles."
             )
         raise LaunchConfigError(

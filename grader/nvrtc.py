@@ -10,10 +10,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .device import A100_SXM, H100_SXM
 from .errors import BackendUnavailableError, CompileError
 from .source import FILE_NAME, INCLUDE_DIR, format_compile_log, translation_unit
 
-DEFAULT_ARCHS = ("sm_80", "sm_90")
+DEFAULT_ARCHS = (A100_SXM.arch, H100_SXM.arch)
+
+
+def archs_for(requires: str | None) -> tuple[str, ...]:
+    """What a kernel is built for: the course's default architectures, or only the one an exercise
+    ``requires`` (code for sm_90a's wgmma does not build for sm_80)."""
+    return (requires,) if requires else DEFAULT_ARCHS
 
 
 def _nvrtc():

@@ -16,7 +16,7 @@ from .errors import KernelArgumentError, KernelNotFoundError, KernelSourceError
 
 # C spelling -> NumPy dtype name. bf16 has no NumPy dtype: ml_dtypes' bfloat16 (what CuPy
 # accepts) or raw uint16 bits both pass for a bf16 pointer.
-_C_TYPES = {
+C_TYPES = {
     "float": "float32",
     "double": "float64",
     "__half": "float16",
@@ -49,7 +49,7 @@ _C_TYPES = {
     "uint8_t": "uint8",
     "bool": "bool",
 }
-_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
+QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
 
 
 @dataclass(frozen=True)
@@ -207,17 +207,17 @@ def _parse_param(text: str, kernel: str) -> Param:
         raise KernelSourceError(f"kernel '{kernel}': parameter `{text.strip()}` is a reference; kernels take values or pointers")
     tokens = re.findall(r"[A-Za-z_][\w:]*", text.replace("*", " "))
     const = "const" in tokens
-    tokens = [t for t in tokens if t not in _QUALIFIERS]
+    tokens = [t for t in tokens if t not in QUALIFIERS]
     if not tokens:
         raise KernelSourceError(f"kernel '{kernel}': cannot read parameter `{text.strip()}`")
-    if len(tokens) >= 2 and " ".join(tokens) not in _C_TYPES:
+    if len(tokens) >= 2 and " ".join(tokens) not in C_TYPES:
         pname, ctype_tokens = tokens[-1], tokens[:-1]
     else:
         pname, ctype_tokens = "", tokens
     ctype = " ".join(ctype_tokens)
     if pointer_depth > 1:
         raise KernelSourceError(f"kernel '{kernel}': parameter `{text.strip()}` is a pointer to a pointer; pass flat arrays")
-    return Param(pname, ctype, _C_TYPES.get(ctype), pointer_depth == 1, const)
+    return Param(pname, ctype, C_TYPES.get(ctype), pointer_depth == 1, const)
 
 
 # --------------------------------------------------------------------------- arguments

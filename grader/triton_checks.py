@@ -20,7 +20,11 @@ import numpy as np
 
 from . import triton_support as ts
 from .arrays import poison_host
+from .backend import backend as active_backend
 from .errors import CourseError
+from .exercise_rows import grading_seed
+from .judge import CaseResult, CheckResult, compare, dtype_name, generic_diagnosis, magnitudes, named_mistake, \
+    output_values, tolerance
 
 
 def _to_torch(arr: np.ndarray, dev: str, order=None):
@@ -71,9 +75,6 @@ def _case_seed(c, i, base):
 
 def run_triton_check(ex, source: str, *, include_hidden: bool = False, backend: str | None = None,
                      seed: int | None = None):
-    from .backend import backend as active_backend
-    from .checks import CaseResult, CheckResult, grading_seed
-
     be = backend or active_backend()
     cases = ex.cases if include_hidden else ex.visible_cases()
     first, _, rest = source.lstrip().partition("\n")
@@ -130,9 +131,6 @@ def _call(ex, launcher, cell_file, c, seed, be):
 
 
 def run_case(ex, launcher, cell_file: str, c, seed: int, be: str):
-    from .checks import (CaseResult, _generic_diagnosis, _magnitudes, _named_mistake, _tolerance, _values,
-                         _dtype_name, compare)
-
     shown = c.describe(with_seed=not c.hidden)
     try:
         p, inputs, expected, got, changed = _call(ex, launcher, cell_file, c, seed, be)
@@ -156,23 +154,21 @@ def run_case(ex, launcher, cell_file: str, c, seed: int, be: str):
                                     "keep intermediate values in registers or the outputs.")
     if ex.case_tolerance is not None:  # float32 outputs judged at the precision of the products behind them
         ex = dataclasses.replace(ex, tolerance={name: ex.case_tolerance(p) for name in ex.outputs})
-    mags = _magnitudes(ex, p, inputs)
-    values, never = _values(ex, p, got)
+    mags = magnitudes(ex, p, inputs)
+    values, never = output_values(ex, p, got)
     for name in ex.outputs:
         want = np.asarray(expected[name], dtype=np.float64)
-        dtype = _dtype_name(ex, name, p)
-        diff = compare(name, values[name], want, _tolerance(ex, name, dtype, be), never[name], be, mags.get(name),
+        dtype = dtype_name(ex, name, p)
+        diff = compare(name, values[name], want, tolerance(ex, name, dtype, be), never[name], be, mags.get(name),
                        nan_source=MASKED_LOAD_NAN, nan_causes=ex.nan_causes)
         if diff:
-            hint = (_named_mistake(ex, p, inputs, values, expected, be, mags)
-                    or _generic_diagnosis(name, values[name], want, never[name], c.params))
+            hint = (named_mistake(ex, p, inputs, values, expected, be, mags)
+                    or generic_diagnosis(name, values[name], want, never[name], c.params))
             return CaseResult(c, False, f"case {shown}: {diff}" + (f"\n  Likely mistake: {hint}" if hint else ""))
     return CaseResult(c, True, shown)
 
 
 def _work_result(ex, launcher, cell_file, be):
-    from .checks import CaseResult
-
     c = next((c for c in ex.cases if c.name == ex.work_case), None) or ex.visible_cases()[0]
     shown = c.describe()
     if be != "cpu":

@@ -59,26 +59,6 @@ def ceil_div(n: int, b: int) -> int:
     return -(-n // b)
 
 
-# Per-SM limits of compute capability 9.0 (H100): CUDA C++ Programming Guide, "Technical
-# Specifications per Compute Capability", and the allocation rules of CUDA's occupancy calculator
-# (cuda_occupancy.h: registers given to a warp in units of 256 from one of the SM's four
-# sub-partitions, 1 KB of shared memory reserved per block).
-REGS_PER_SM, REG_UNIT_PER_WARP, SUB_PARTITIONS = 65536, 256, 4
-MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM = 64, 32
-SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK = 228 * 1024, 1024
-
-
-def blocks_per_sm(regs: int, threads: int, smem: int) -> tuple[int, str]:
-    """Resident blocks per SM under the compute-capability 9.0 limits, and the limit that binds."""
-    warps = threads // 32
-    per_warp = ceil_div(regs * 32, REG_UNIT_PER_WARP) * REG_UNIT_PER_WARP
-    warps_by_regs = REGS_PER_SM // SUB_PARTITIONS // per_warp * SUB_PARTITIONS  # each quarter holds whole warps
-    limits = {"registers": warps_by_regs // warps, "shared memory": SMEM_PER_SM // (smem + SMEM_RESERVED_PER_BLOCK),
-              "warps": MAX_WARPS_PER_SM // warps, "blocks": MAX_BLOCKS_PER_SM}
-    binding = min(limits, key=limits.get)
-    return limits[binding], binding
-
-
 def despine(*axes) -> None:
     """Hide the top and right frame lines of each axes."""
     for ax in axes:

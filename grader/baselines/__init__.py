@@ -19,6 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..arrays import empty
+from ..backend import backend as active
+from ..kernel import RawKernel
+from ..launch import ceil_div
+from ..source import cell_code
+
 HERE = Path(__file__).resolve().parent
 NAIVE_ATTENTION_SOURCE = HERE / "naive_attention.cu"
 NAIVE_KERNELS = ("baseline_scores", "baseline_softmax", "baseline_pv")
@@ -28,9 +34,6 @@ _cache: dict = {}
 
 
 def _kernels(backend: str | None = None) -> dict:
-    from ..backend import backend as active
-    from ..kernel import RawKernel
-
     key = backend or active()
     if key not in _cache:
         code = NAIVE_ATTENTION_SOURCE.read_text()
@@ -47,8 +50,6 @@ def naive_attention(Q, K, V, O, N: int, d: int, scale, *, S=None, P=None, thread
     the three kernels (scores, softmax, PV) and writes ``O``. On the emulator ``count_io=True``
     counts their global bytes: reads ``2N²d + 3N² + 2N²d`` floats, writes ``2N² + Nd``.
     """
-    from .. import empty
-    from ..launch import ceil_div
 
     kernels = _kernels()
     S = empty((N, N)) if S is None else S
@@ -77,8 +78,6 @@ def own_kernel(module: str, name: str, folder: Path | str | None = None):
 
     ``folder``: where the module folders are (default: the parent of the current directory, as
     in a notebook whose working directory is its module's folder)."""
-    from ..kernel import RawKernel
-    from ..source import cell_code
 
     base = Path(folder) if folder is not None else Path.cwd().parent
     found = sorted((base / module).glob("*.ipynb"))

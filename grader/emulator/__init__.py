@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..device import H100_SXM
 from ..errors import (
     BackendUnavailableError,
     BarrierError,
@@ -83,7 +84,7 @@ from ..signature import Signature
 from ..source import format_compile_log, student_code, translation_unit
 from . import _toolchain, _worker
 from ._build import CompilerFault, Library, build
-from ._toolchain import available, fiber_backend
+from ._toolchain import available, boost_available, clang, compiler_id, fiber_backend, gxx  # noqa: F401  (doctor, checks)
 from .profile import Profile, build_profile
 
 __all__ = [
@@ -96,8 +97,8 @@ RACE_DETECTOR_MISSING = (
     "race check unavailable: install clang-16 (apt-get install clang-16), whose traced build "
     "runs the race detector that names the two threads and their lines."
 )
-STATIC_SHARED_LIMIT = 48 * 1024
-SHARED_LIMIT = 227 * 1024
+STATIC_SHARED_LIMIT = H100_SXM.static_shared_per_block
+SHARED_LIMIT = H100_SXM.max_shared_per_block_optin
 DEFAULT_TIME_LIMIT = 20.0  # CPU seconds of one launch
 WALL_CAP_FACTOR = 20  # a launch's wall-clock cap, in multiples of its CPU limit: a machine 20 times oversubscribed
 

@@ -109,7 +109,7 @@ def _clang_major(path: str) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiler_id(path: str) -> str:
+def compiler_id(path: str) -> str:
     return subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
 
 
@@ -142,7 +142,7 @@ def available() -> tuple[bool, str]:
         return False, "the CPU emulator needs g++ (C++20): apt-get install g++"
     fibers = "Boost.Context" if boost_available() else "ucontext (apt-get install libboost-context-dev for speed)"
     io = "clang-16 present" if clang() else "no clang-16 (count_io unavailable: apt-get install clang-16)"
-    return True, f"{_compiler_id(compiler)}; fibers: {fibers}; {io}"
+    return True, f"{compiler_id(compiler)}; fibers: {fibers}; {io}"
 
 
 def require_gxx() -> str:
@@ -171,7 +171,7 @@ def runtime_version() -> str:
                 h.update(f.name.encode())
                 h.update(f.read_bytes())
     h.update(repr((GXX_FLAGS, CLANG_FLAGS)).encode())
-    h.update(_compiler_id(require_gxx()).encode())
+    h.update(compiler_id(require_gxx()).encode())
     return h.hexdigest()[:16]
 
 

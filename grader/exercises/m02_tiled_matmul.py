@@ -2,8 +2,7 @@
 import numpy as np
 
 from .. import reference as ref
-from ..checks import PRODUCT_NAN
-from ..exercise_rows import Mistake, case, exercise, hidden
+from ..exercise_rows import PRODUCT_NAN, Mistake, case, exercise, hidden
 from ..launch import ceil_div
 
 MODULE = "02_tiled_matmul"

@@ -4,7 +4,7 @@ import numpy as np
 from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import OUTPUTS, forward_magnitude, forward_mistakes, qkv, row_pairs_mistake, scale_of
+from .shared import OUTPUTS, forward_magnitude, forward_mistakes, forward_ref, qkv, row_pairs_mistake, scale_of
 
 MODULE = "04_flash_forward"
 F32 = np.float32
@@ -25,11 +25,6 @@ UNINITIALISED_STATE = Mistake(
     "O can even look never written). Before the first K/V tile set m = -INFINITY, l = 0 and O = 0 for every row "
     "of the head. (Every output NaN can also mean a partial key tile read keys that were never loaded.)",
     _all_nan)
-
-
-def _forward_ref(p, x):
-    o, lse = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)))
-    return dict(O=o, L=lse)
 
 
 CASES = [
@@ -71,7 +66,7 @@ exercise(
     make_inputs=qkv,
     magnitude=_magnitude,
     outputs=OUTPUTS,
-    reference=_forward_ref,
+    reference=forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (ceil_div(p.N, ROWS_PER_BLOCK), p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
@@ -95,7 +90,7 @@ exercise(
     magnitude=_magnitude,
     outputs=OUTPUTS,
     scratch=dict(m_buf=lambda p: ((p.B, p.H, p.N), F32), l_buf=lambda p: ((p.B, p.H, p.N), F32)),
-    reference=_forward_ref,
+    reference=forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, a.m_buf, a.l_buf, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (p.H, p.B),
     block=lambda p: ROWS_PER_BLOCK,
@@ -118,7 +113,7 @@ exercise(
     make_inputs=qkv,
     magnitude=_magnitude,
     outputs=OUTPUTS,
-    reference=_forward_ref,
+    reference=forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (ceil_div(p.N, FA2_BR), p.H, p.B),
     block=lambda p: (FA2_BC, FA2_BR),

@@ -4,7 +4,7 @@ import numpy as np
 from .. import reference as ref
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import (OUTPUTS, _keep_mask, forward_magnitude, forward_mistakes, forward_with_mask, qkv, scale_of,
+from .shared import (OUTPUTS, forward_magnitude, forward_mistakes, forward_with_mask, keep_mask, qkv, scale_of,
                          tile_skipping_io)
 
 MODULE = "05_masking"
@@ -81,7 +81,7 @@ exercise(
         Mistake("one key tile too few", f"the tile holding the block's last row must be visited too: with last_row = "
                 f"min(row0 + {ROWS_PER_BLOCK}, N) - 1, loop over last_row / {BC} + 1 tiles (not last_row / {BC}).",
                 lambda p, x: _masked(p, x, (j_(p.N) <= i_(p.N)) & (j_(p.N) < (_last_row(p) // BC) * BC))),
-        *forward_mistakes(Mistake, BC, keep=lambda p, x: _keep_mask(p.N, causal=True)),
+        *forward_mistakes(Mistake, BC, keep=lambda p, x: keep_mask(p.N, causal=True)),
     ],
     race_case="two_row_blocks",
     io_check=tile_skipping_io(ROWS_PER_BLOCK, BC, 4),
@@ -196,7 +196,7 @@ exercise(
     magnitude=lambda p, x: forward_magnitude(x, float(scale_of(p)), key_lengths=x["key_lengths"]),
     mistakes=[
         *padding_mistakes(),
-        *forward_mistakes(Mistake, BC, keep=lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])),
+        *forward_mistakes(Mistake, BC, keep=lambda p, x: keep_mask(p.N, key_lengths=x["key_lengths"])),
     ],
     race_case="tile_boundaries",
     io_check=tile_skipping_io(ROWS_PER_BLOCK, BC, 4, padded=True),

@@ -2,10 +2,9 @@
 import numpy as np
 
 from .. import reference as ref
-from ..checks import BACKWARD_NAN
-from ..exercise_rows import Mistake, case, exercise, hidden
+from ..exercise_rows import BACKWARD_NAN, Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import backward_magnitude, qkv, scale_of, tile_skipping_io
+from .shared import backward_magnitude, qkv, scale_of, tile_skipping_io
 
 MODULE = "06_backward"
 F32 = np.float32

@@ -3,10 +3,10 @@ import numpy as np
 
 from .. import reference as ref
 from ..arrays import bf16_bits
-from ..checks import Mistake, case, exercise, hidden
+from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import OUTPUTS, forward_magnitude, forward_mistakes, qkv, scale_of
-from .m04_flash_forward import CASES as FA2_CASES, FA2_BC, FA2_BR, RACE_CASE, _forward_ref
+from .m04_flash_forward import CASES as FA2_CASES, FA2_BC, FA2_BR, RACE_CASE
+from .shared import OUTPUTS, forward_magnitude, forward_mistakes, forward_ref, qkv, scale_of
 
 MODULE = "07_memory_and_precision"
 F16 = np.float16
@@ -175,7 +175,7 @@ exercise(
     "room for rows of Q, O, K and V padded by one float; the check also profiles the shared loads on the emulator",
     make_inputs=qkv,
     outputs=OUTPUTS,
-    reference=_forward_ref,
+    reference=forward_ref,
     args=lambda p, a: (a.Q, a.K, a.V, a.O, a.L, np.int32(p.N), np.int32(p.d), scale_of(p)),
     grid=lambda p: (ceil_div(p.N, FA2_BR), p.H, p.B),
     block=lambda p: (FA2_BC, FA2_BR),

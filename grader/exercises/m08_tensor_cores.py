@@ -2,100 +2,26 @@
 one Q tile, and the FlashAttention-2 forward with S and P kept in mma fragments (in half and in
 bfloat16, and causal: -DCAUSAL=1 builds the same kernel with tile skipping and the mask).
 
-The named mistakes below simulate, in float64, what a kernel computes when it gets one of the
-fragment layouts of grader/fragments.py wrong, so a check can say which one.
+Its named mistakes simulate, in float64, what a kernel computes when it gets one of the fragment
+layouts of grader/fragments.py wrong, so a check can say which one; those modules 09 to 11 use too
+live in shared.py.
 """
 import numpy as np
 
 from .. import benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
-from ..checks import PRODUCT_NAN, Mistake, case, exercise, hidden
+from ..exercise_rows import PRODUCT_NAN, Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import KEY_FROM_G, extreme_scores, forward_magnitude, forward_mistakes, forward_with_mask, \
-    key_from_g_forward, tile_skipping_io
+from .shared import C_ROWS, C_ROWS_SWAPPED, K_MATRICES, KEY_FROM_G, Q_MATRICES, V_MATRICES, WARP_ROWS, as_f64, \
+    blocks8_transposed, c_rows_halves_swapped, c_rows_paired, extreme_scores, forward_magnitude, forward_mistakes, \
+    forward_with_mask, half_accumulation, k_step_mistakes, key_from_g_forward, matmul_ref, matrices_crossed, \
+    operands_crossed, pad_to, tile_skipping_io
 
 MODULE = "08_tensor_cores"
 F16, F32 = np.float16, np.float32
 TILE = 64  # mma_matmul's block tile (64 x 64 of C), and the Q and K/V tiles of the attention kernels
-WARP_ROWS = 16  # rows of one mma tile: what a warp owns
 
-
-def _f64(x):
-    return np.asarray(x, np.float64)
-
-
-def _pad(x, axis, multiple):
-    """``x`` zero-padded along ``axis`` to a multiple of ``multiple`` (what a kernel's zero-filled tile holds)."""
-    pad = [(0, 0)] * x.ndim
-    pad[axis] = (0, (-x.shape[axis]) % multiple)
-    return np.pad(x, pad)
-
-
-def _blocks8_transposed(x):
-    """Every aligned 8 x 8 block of the last two axes transposed in place (x zero-padded to
-    multiples of 8): what a matrix looks like through ldmatrix with the wrong ``.trans``."""
-    rows, cols = x.shape[-2:]
-    y = _pad(_pad(x, -2, 8), -1, 8)
-    r8, c8 = y.shape[-2] // 8, y.shape[-1] // 8
-    y = y.reshape(*y.shape[:-2], r8, 8, c8, 8).swapaxes(-1, -3).reshape(*y.shape[:-2], 8 * r8, 8 * c8)
-    return y[..., :rows, :cols]
-
-
-def _matrices_crossed(x):
-    """``x`` (rows x columns, zero-padded to multiples of 16 of each) as an ldmatrix_x4 returns it when
-    the lane's address takes its row half from lane / 8 / 2 and its column half from lane / 8 % 2, the
-    reverse of the operand's order: in every 16 x 16 block, rows 8-15 of columns 0-7 and rows 0-7 of
-    columns 8-15 trade places, the block's two row halves crossed with its two column halves. The same
-    for K's B fragments (rows: keys), Q's A fragments (rows: queries) and V's .trans B fragments
-    (rows: keys, columns: d)."""
-    rows, cols = x.shape[-2:]
-    y = _pad(_pad(x, -2, 16), -1, 16)
-    g, c = y.shape[-2] // 16, y.shape[-1] // 16
-    y = y.reshape(*y.shape[:-2], g, 2, 8, c, 2, 8).swapaxes(-5, -2).reshape(*y.shape[:-2], 16 * g, 16 * c)
-    return y[..., :rows, :cols]
-
-
-K_MATRICES = ("K's four ldmatrix matrices in the wrong order",
-              "the B fragments of keys 8n .. 8n + 15 come from one ldmatrix_x4 whose matrix m = lane / 8 is "
-              "keys 8n + 8 (m / 2) .., columns 16kk + 8 (m % 2) ..: registers 0 and 1 are the two column halves "
-              "of key block n, registers 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address, "
-              "each key block takes half its columns from the other block's keys.")
-# The A fragments' order, and the .trans B fragments' (V in P V, B of a row-major matmul), as an
-# ldmatrix_x4 gives them; a lane address with the two halves swapped trades registers 1 and 2.
-_A_ORDER = ("the A fragment of rows r0 .. r0 + 15, columns 16kk .. 16kk + 15 is {rows 0-7, rows 8-15} of columns "
-            "0-7, then of columns 8-15: lane l gives the address of row r0 + l % 16, column 16kk + 8 (l / 16). "
-            "With the row half taken from l / 16 and the column half from l / 8 % 2, registers 1 and 2 trade places")
-_TRANS_B_ORDER = ("the .trans load of rows 16kk .. 16kk + 15, columns 8n .. 8n + 15 takes its matrix m = lane / 8 "
-                  "from rows 16kk + 8 (m % 2) .., columns 8n + 8 (m / 2) ..: registers 0 and 1 are the two row halves "
-                  "of column block n, 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address")
-Q_MATRICES = ("Q's four ldmatrix matrices in the wrong order",
-              _A_ORDER + ": each query's scores use half of another query's Q.")
-V_MATRICES = ("V's four ldmatrix matrices in the wrong order",
-              "for P V, V's rows are keys. " + _TRANS_B_ORDER + ", half of each output column is summed over another "
-              "column's values.")
-A_MATRICES = ("A's four ldmatrix matrices in the wrong order",
-              _A_ORDER + ": each row of C takes half its products from another row of A.")
-B_MATRICES = ("B's four ldmatrix matrices in the wrong order",
-              "B's rows are k. " + _TRANS_B_ORDER + ", half of each column of C sums another column's products.")
-
-
-def _c_rows_paired(x):
-    """Rows of ``x`` [..., rows, cols] moved as by a store that puts accumulator float i of lane
-    (g, t) in row 2g + i / 2 instead of g + 8 (i / 2): in each 16-row tile, row g + 8h lands in
-    row 2g + h. Rows computed from padding (past the end) land in real rows too."""
-    rows = x.shape[-2]
-    y = _pad(x, -2, WARP_ROWS)
-    shape = y.shape
-    y = y.reshape(*shape[:-2], shape[-2] // WARP_ROWS, 2, 8, shape[-1])  # row = 16a + 8h + g
-    return y.swapaxes(-3, -2).reshape(shape)[..., :rows, :]  # row = 16a + 2g + h
-
-
-C_ROWS = ("C fragment stored to the wrong rows",
-          "accumulator float i of lane (g = lane / 4, t = lane % 4) is row g + 8 * (i / 2), column 2t + i % 2: "
-          "c[0], c[1] belong to row g and c[2], c[3] to row g + 8, not to rows 2g and 2g + 1.")
-C_ROWS_SWAPPED = (C_ROWS[0], "accumulator float i of lane (g = lane / 4, t = lane % 4) is row g + 8 * (i / 2): c[0], "
-                  "c[1] belong to row g and c[2], c[3] to row g + 8, not the other way round.")
 
 # --------------------------------------------------------------------------- matmuls
 
@@ -104,72 +30,10 @@ def _ab(p, rng):
     return dict(A=rng.standard_normal((p.M, p.K)).astype(F16), B=rng.standard_normal((p.K, p.N)).astype(F16))
 
 
-def _matmul_ref(p, x):
-    return dict(C=ref.matmul(x["A"], x["B"]))
-
-
 def matmul_magnitude(p, x):
     """The size of the terms behind each C[i, j]: sum_k |A_ik B_kj| (an fp32 accumulation's error
     scales with it, not with |C|, which cancellation can make small)."""
     return dict(C=ref.matmul(np.abs(x["A"].astype(np.float64)), np.abs(x["B"].astype(np.float64))))
-
-
-def _first_k_tile(depth):
-    return Mistake("only the first tile along K", f"loop over all ceil_div(K, {depth}) steps along K, not just the first.",
-                   lambda p, x: dict(C=ref.matmul(x["A"][:, :depth], x["B"][:depth])) if p.K > depth else None)
-
-
-def _k_step_mistakes(depth):
-    """What a loop over K steps of ``depth`` gets wrong: only the first step, only the last one (the
-    accumulators zeroed inside the loop), or only the first 16-deep mma slice of each step."""
-    def slices(p, x, keep_k):
-        k = np.arange(p.K)
-        return dict(C=ref.matmul(x["A"][:, keep_k(k)], x["B"][keep_k(k)]))
-
-    def last(k):
-        return (k - 1) // depth * depth
-
-    mistakes = [
-        _first_k_tile(depth),
-        Mistake("only the last tile along K",
-                "the accumulators must live across the whole loop over K: declare and zero them once before it "
-                "(zeroed inside, each step wipes the sum of the steps before it).",
-                lambda p, x: slices(p, x, lambda k: k >= last(p.K)) if p.K > depth else None),
-    ]
-    if depth > 16:
-        mistakes.append(Mistake(
-            "only the first mma slice of each K step",
-            f"a step of {depth} along K takes {depth // 16} mma of k = 16: loop kk over 0..{depth // 16 - 1}, "
-            "advancing the A and B fragments' k by 16 each time.",
-            lambda p, x: slices(p, x, lambda k: k % depth < 16) if p.K > 16 else None))
-    return mistakes
-
-
-def _operands_crossed():
-    """A's and B's fragments loaded with crossed ldmatrix matrices (:func:`_matrices_crossed`, rows and
-    columns zero-filled past the edges as the tiles are)."""
-    return [Mistake(*A_MATRICES, lambda p, x: dict(C=ref.matmul(_matrices_crossed(_f64(x["A"])), x["B"]))),
-            Mistake(*B_MATRICES, lambda p, x: dict(C=ref.matmul(x["A"], _matrices_crossed(_f64(x["B"])))))]
-
-
-def _c_rows_halves_swapped(x):
-    """Rows as stored by a lane that writes c[0], c[1] to row g + 8 and c[2], c[3] to row g: in each
-    16-row tile the two halves of 8 rows trade places."""
-    rows = x.shape[-2]
-    y = _pad(x, -2, WARP_ROWS)
-    shape = y.shape
-    y = y.reshape(*shape[:-2], shape[-2] // WARP_ROWS, 2, 8, shape[-1])[..., ::-1, :, :]
-    return y.reshape(shape)[..., :rows, :]
-
-
-def _half_accumulation(p, x):
-    """The accumulator rounded to half after every mma (k = 16 products summed exactly, then to
-    float, as the tensor core does, then to half)."""
-    a, b = _f64(x["A"]), _f64(x["B"])
-    acc = np.zeros((p.M, p.N))
-    for k in range(0, p.K, 16):
-        acc = (acc + a[:, k:k + 16] @ b[k:k + 16]).astype(F32).astype(F16).astype(np.float64)
-    return dict(C=acc)
 
 
 MATMUL_SIGNATURE = "{}(const __half* A, const __half* B, float* C, int M, int N, int K)"
@@ -177,7 +41,7 @@ MATMUL_SIGNATURE = "{}(const __half* A, const __half* B, float* C, int M, int N,
 HALF_MATMUL_IO = dict(
     make_inputs=_ab,
     outputs=dict(C=lambda p: ((p.M, p.N), F32)),
-    reference=_matmul_ref,
+    reference=matmul_ref,
     magnitude=matmul_magnitude,
     args=lambda p, a: (a.A, a.B, a.C, np.int32(p.M), np.int32(p.N), np.int32(p.K)),
 )
@@ -204,11 +68,11 @@ exercise(
         hidden("wide", M=32, N=160, K=48),
     ],
     mistakes=[
-        *_k_step_mistakes(16),
+        *k_step_mistakes(16),
         Mistake("B read as column-major",
                 "B is stored row-major (a row holds consecutive columns): declare matrix_b with wmma::row_major and "
                 "leading dimension N. With col_major every 16 x 16 tile of B is read transposed.",
-                lambda p, x: dict(C=ref.matmul(x["A"], _f64(x["B"]).reshape(p.K // 16, 16, p.N // 16, 16)
+                lambda p, x: dict(C=ref.matmul(x["A"], as_f64(x["B"]).reshape(p.K // 16, 16, p.N // 16, 16)
                                                .swapaxes(1, 3).reshape(p.K, p.N)))),
     ],
 )
@@ -241,20 +105,20 @@ exercise(
     race_check=True,
     race_case="two_k_tiles",
     mistakes=[
-        *_k_step_mistakes(32),
+        *k_step_mistakes(32),
         Mistake("B loaded without .trans",
                 "B is stored k-major (a row of B holds 8 consecutive n), but an mma B register holds two "
                 "consecutive k of one column n: load it with ldmatrix_x4_trans. Without .trans every 8 x 8 block "
                 "of B is used transposed.",
-                lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(_f64(x["B"]))))),
-        Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(ref.matmul(_pad(_f64(x["A"]), 0, 16), x["B"]))[:p.M])),
-        *_operands_crossed(),
-        Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(ref.matmul(_pad(_f64(x["A"]), 0, 16),
+                lambda p, x: dict(C=ref.matmul(x["A"], blocks8_transposed(as_f64(x["B"]))))),
+        Mistake(*C_ROWS, lambda p, x: dict(C=c_rows_paired(ref.matmul(pad_to(as_f64(x["A"]), 0, 16), x["B"]))[:p.M])),
+        *operands_crossed(),
+        Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=c_rows_halves_swapped(ref.matmul(pad_to(as_f64(x["A"]), 0, 16),
                                                                                x["B"]))[:p.M])),
         Mistake("accumulated in half precision",
                 "the tensor core adds the products in float: keep the accumulator float (mma_m16n8k16_f16 takes "
                 "and returns float c and d) and convert nothing until the final store.",
-                lambda p, x: _half_accumulation(p, x) if p.K > 16 else None),
+                lambda p, x: half_accumulation(p, x) if p.K > 16 else None),
     ],
 )
 
@@ -315,10 +179,10 @@ exercise(
                 "for S = Q K^T the B operand is K^T, and column n of K^T is row n of K: a row of K already holds "
                 "consecutive k, so the plain ldmatrix_x4 gives the B fragment. With .trans every 8 x 8 block of K "
                 "is used transposed.",
-                lambda p, x: dict(S=_scores(x["Q"], _blocks8_transposed(_f64(x["K"])), _qk_scale(p)))),
-        Mistake(*C_ROWS, lambda p, x: dict(S=_c_rows_paired(_scores(_pad(_f64(x["Q"]), 0, 16), x["K"], _qk_scale(p)))[:p.N])),
-        Mistake(*K_MATRICES, lambda p, x: dict(S=_scores(x["Q"], _matrices_crossed(_f64(x["K"])), _qk_scale(p)))),
-        Mistake(*Q_MATRICES, lambda p, x: dict(S=_scores(_matrices_crossed(_f64(x["Q"])), x["K"], _qk_scale(p)))),
+                lambda p, x: dict(S=_scores(x["Q"], blocks8_transposed(as_f64(x["K"])), _qk_scale(p)))),
+        Mistake(*C_ROWS, lambda p, x: dict(S=c_rows_paired(_scores(pad_to(as_f64(x["Q"]), 0, 16), x["K"], _qk_scale(p)))[:p.N])),
+        Mistake(*K_MATRICES, lambda p, x: dict(S=_scores(x["Q"], matrices_crossed(as_f64(x["K"])), _qk_scale(p)))),
+        Mistake(*Q_MATRICES, lambda p, x: dict(S=_scores(matrices_crossed(as_f64(x["Q"])), x["K"], _qk_scale(p)))),
     ],
 )
 
@@ -374,7 +238,7 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
     * ``p_swapped``: P packed as {p0p1, p4p5, p2p3, p6p7}: in every 16 x 16 block of P the
       top-right and bottom-left 8 x 8 quadrants trade places.
     * ``v_transposed``: V read without .trans: every 8 x 8 block of V used transposed.
-    * ``rows_paired``: O and L stored to the rows of :func:`_c_rows_paired` (and, causal, masked
+    * ``rows_paired``: O and L stored to the rows of :func:`c_rows_paired` (and, causal, masked
       as those rows: the kernel's row index is wrong for both).
     * ``alpha_rows_swapped``: the accumulator of row g rescaled with row g + 8's factor and the
       reverse (alpha[1 - e / 2] on the output fragment), l with its own.
@@ -382,25 +246,25 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
       column 2t + e % 2) takes its own row's factor only where e / 2 == e % 2, the other row's elsewhere.
     * ``k_transposed``: K read with .trans: every 8 x 8 block of K used transposed in the scores.
     * ``k_swapped``, ``q_swapped``, ``v_swapped``: K's, Q's or V's fragments loaded with the ldmatrix
-      matrices crossed (:func:`_matrices_crossed`).
+      matrices crossed (:func:`matrices_crossed`).
     * ``p_bits_as_bf16``: P packed as fp16 bits that the bfloat16 mma reads as bfloat16 (l is summed
       from the float p, right).
     * ``acc_half``: the output accumulator rounded to half after each mma (16 keys): it overflows once
       it passes 65504.
     """
     scale = float(_flash_scale(p))
-    q = _pad(_f64(x["Q"]), -2, TILE)  # query rows past N are zeros in the kernel's Q tile
-    k, v = _pad(_f64(x["K"]), -2, TILE), _pad(_f64(x["V"]), -2, TILE)
+    q = pad_to(as_f64(x["Q"]), -2, TILE)  # query rows past N are zeros in the kernel's Q tile
+    k, v = pad_to(as_f64(x["K"]), -2, TILE), pad_to(as_f64(x["V"]), -2, TILE)
     if v_transposed:
-        v = _blocks8_transposed(v)
+        v = blocks8_transposed(v)
     if k_transposed:
-        k = _blocks8_transposed(k)
+        k = blocks8_transposed(k)
     if k_swapped:
-        k = _matrices_crossed(k)
+        k = matrices_crossed(k)
     if q_swapped:
-        q = _matrices_crossed(q)
+        q = matrices_crossed(q)
     if v_swapped:
-        v = _matrices_crossed(v)
+        v = matrices_crossed(v)
     nk = k.shape[-2]
     lane_of_key = (np.arange(TILE) % 8) // 2
     lane_of_col = (np.arange(p.d) % 8) // 2
@@ -458,7 +322,7 @@ def _tc_forward(p, x, *, quad_max=True, quad_sum=True, p_swapped=False, v_transp
         o = acc / l_col
         lse = m[..., 0] + np.log(l_first)
     if rows_paired:
-        o, lse = _c_rows_paired(o), _c_rows_paired(lse[..., None])[..., 0]
+        o, lse = c_rows_paired(o), c_rows_paired(lse[..., None])[..., 0]
     return dict(O=o[..., :p.N, :], L=lse[..., :p.N])
 
 
@@ -588,7 +452,7 @@ def _max_over_masked_keys(p, x, round_p):
     them (``round_p``). Where a masked key scores far above the row's own, those p underflow in
     half and the diagonal tile adds nothing to O, while l (float) still counts them."""
     scale = float(_flash_scale(p))
-    q, k, v = (_f64(x[n]) for n in "QKV")
+    q, k, v = (as_f64(x[n]) for n in "QKV")
     i, j = _ij(p)
     s = scale * (q @ np.swapaxes(k, -1, -2))
     m = np.full(s.shape[:-1], -np.inf)

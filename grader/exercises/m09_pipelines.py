@@ -8,18 +8,17 @@ BLOCK_ROWS and STAGES to the values below; ``grader.autotune`` varies them.
 """
 import numpy as np
 
-from .. import autotune, benchspec
+from .. import benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
-from ..checks import PRODUCT_NAN
-from ..exercise_rows import Exercise, Mistake, case, exercise, hidden
+from ..device import H100_SXM
+from ..exercise_rows import PRODUCT_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
-from ._attention import KEY_FROM_G, forward_magnitude, forward_mistakes, forward_with_mask, key_from_g_forward, qkv, \
-    scale_of, tile_skipping_io
 from .m07_memory_and_precision import bank_conflict_check
-from .m08_tensor_cores import C_ROWS, C_ROWS_SWAPPED, FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE, \
-    _blocks8_transposed, _c_rows_halves_swapped, _c_rows_paired, _half_accumulation, _k_step_mistakes, _matmul_ref, \
-    _operands_crossed
+from .m08_tensor_cores import FLASH_MISTAKES, HALF_MATMUL_IO, MATMUL_SIGNATURE
+from .shared import C_ROWS, C_ROWS_SWAPPED, KEY_FROM_G, blocks8_transposed, c_rows_halves_swapped, c_rows_paired, \
+    forward_magnitude, forward_mistakes, forward_with_mask, half_accumulation, k_step_mistakes, key_from_g_forward, \
+    matmul_ref, operands_crossed, qkv, scale_of, tile_skipping_io
 
 MODULE = "09_pipelines"
 F16, F32 = np.float16, np.float32
@@ -96,7 +95,7 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
         race_check=True,
         race_case=race_case,
         mistakes=[
-            *_k_step_mistakes(bk),
+            *k_step_mistakes(bk),
             Mistake("a refill copies the current step's K slice",
                     "the copy issued while step s is multiplied brings step s + STAGES - 1: its K offset is "
                     "(s + STAGES - 1) * BK, the same step whose stage it fills.",
@@ -107,8 +106,8 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
             Mistake("B loaded without .trans",
                     "B is K x N with a row holding consecutive n, but the B fragment needs two consecutive k of one column "
                     "in a register: load it with ldmatrix_x4_trans.",
-                    lambda p, x: dict(C=ref.matmul(x["A"], _blocks8_transposed(np.asarray(x["B"], np.float64))))),
-            *_operands_crossed(),
+                    lambda p, x: dict(C=ref.matmul(x["A"], blocks8_transposed(np.asarray(x["B"], np.float64))))),
+            *operands_crossed(),
             *([Mistake(f"the slice loop stops after {GEMM_BK // 16} slices, the default build's count",
                        f"with -DBK={bk} a K step holds BK / 16 = {bk // 16} slices: every loop bound, fragment count and "
                        "stage index must come from the macros (BK / 16, WM / 16, WN / 8, STAGES), never from the "
@@ -117,9 +116,9 @@ def _gemm_exercise(ex_id, cases, race_case, warps_m=GEMM_WARPS[0], warps_n=GEMM_
                                                       x["B"][np.arange(p.K) % bk < GEMM_BK])))]
               if bk > GEMM_BK else []),
             Mistake("accumulator in half precision", "accumulate in float registers and convert only the result.",
-                    _half_accumulation),
-            Mistake(*C_ROWS, lambda p, x: dict(C=_c_rows_paired(_matmul_ref(p, x)["C"]))),
-            Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=_c_rows_halves_swapped(_matmul_ref(p, x)["C"]))),
+                    half_accumulation),
+            Mistake(*C_ROWS, lambda p, x: dict(C=c_rows_paired(matmul_ref(p, x)["C"]))),
+            Mistake(*C_ROWS_SWAPPED, lambda p, x: dict(C=c_rows_halves_swapped(matmul_ref(p, x)["C"]))),
         ],
     )
 
@@ -159,18 +158,18 @@ def _gemm_warp_tile(cfg):
     if wm * wn > 64 * 64:  # acc[WM / 16][WN / 8][4]: WM * WN / 32 floats per lane
         return f"a {wm} x {wn} warp tile needs {wm * wn // 32} accumulator registers per lane, over 128"
     # the accumulators and two sets of fragments (4 registers per 16 rows of A and per 16 columns of B),
-    # against what an SM's 65536 registers give each thread of the block (__launch_bounds__ makes the
+    # against what an SM's registers give each thread of the block (__launch_bounds__ makes the
     # compiler spill past that rather than refuse the launch)
     threads = 32 * cfg["WARPS_M"] * cfg["WARPS_N"]
     held = wm * wn // 32 + 2 * 4 * (wm // 16 + wn // 16)
-    if held > min(255, 65536 // threads):
+    if held > min(H100_SXM.max_registers_per_thread, H100_SXM.registers_per_block // threads):
         return (f"a {wm} x {wn} warp tile holds {held} registers per lane in accumulators and fragments, over the "
-                f"{min(255, 65536 // threads)} each of {threads} threads can have")
+                f"{min(H100_SXM.max_registers_per_thread, H100_SXM.registers_per_block // threads)} each of {threads} threads can have")
     return None
 
 
 # The block tile, the warp grid, the K step and the stages: every macro the kernel reads.
-autotune.register(autotune.Space(
+register_space(Space(
     exercise="mma_matmul_pipe",
     params={"BM": (128, 256), "BN": (128, 256), "WARPS_M": (2, 4), "WARPS_N": (2, 4), "BK": (32, 64),
             "STAGES": (2, 3, 4)},
@@ -431,7 +430,7 @@ def variant(kernel, d, dtype="fp16", causal=False, stages=STAGES, block_rows=BLO
     bench = benchspec.forward_spec(ex_id, d=d, causal=causal)
     if register:
         benchspec.SPECS[ex_id] = bench
-        autotune.register(autotune.Space(
+        register_space(Space(
             exercise=ex_id,
             params={"BLOCK_ROWS": (64, 128), "STAGES": (2, 3, 4)},
             grid=lambda p, cfg: (ceil_div(p.N, cfg["BLOCK_ROWS"]), p.H, p.B),

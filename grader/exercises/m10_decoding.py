@@ -22,10 +22,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from .. import reference as ref
+from ..device import H100_SXM, block_limits
 from ..exercise_rows import Mistake, case, exercise, hidden
 from ..launch import ceil_div
-from ._attention import max_from_zero, score_sizes
-from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
+from .shared import K_MATRICES, Q_MATRICES, V_MATRICES, matrices_crossed, max_from_zero, score_sizes
 
 MODULE = "10_decoding"
 F16, F32 = np.float16, np.float32
@@ -33,8 +33,7 @@ SPLIT_THREADS = 128  # decode_split: 4 warps
 QG = 4  # decode_split's queries per walk over the chunk (the notebook's layout)
 LOG2E, LN2 = float(np.log2(np.e)), float(np.log(2.0))
 MERGE_THREADS = 128  # decode_merge
-H100_SMS = 132
-H100_HBM_TBPS = 3.35  # H100 SXM5 HBM3 bandwidth: NVIDIA's H100 Tensor Core GPU datasheet
+H100_HBM_TBPS = H100_SXM.hbm_tbps  # the notebook's name for it
 
 
 def decode_bytes(B: int, H: int, n_q: int, N: int, d: int) -> int:
@@ -42,7 +41,7 @@ def decode_bytes(B: int, H: int, n_q: int, N: int, d: int) -> int:
     return 2 * B * H * (2 * n_q + 2 * N) * d
 
 
-def choose_splits(B: int, H: int, N: int, n_q: int = 1, sms: int = H100_SMS, blocks_per_sm: int = 32,
+def choose_splits(B: int, H: int, N: int, n_q: int = 1, sms: int = H100_SXM.sms, blocks_per_sm: int = 32,
                   min_chunk: int = 4096) -> int:
     """The host's choice of ``splits`` for a decode launch: about ``blocks_per_sm`` blocks
     (B * H * splits) per SM, many waves of the blocks an SM can hold at once, so that the last,
@@ -123,7 +122,7 @@ def _split_ref(p, x):
 
 def _split_magnitude(p, x):
     """{O_part, L_part}: the size of the terms behind each partial result, per split as for a forward
-    (grader/exercises/_attention.py forward_magnitude): (1 + R) * sum_j P_j |V_jc| and |L| + R, R the
+    (grader/exercises/shared.py forward_magnitude): (1 + R) * sum_j P_j |V_jc| and |L| + R, R the
     largest score size among the split's keys."""
     q, k, v = _per_split(x)
     keep = _keep(p)[..., None, :]
@@ -674,18 +673,9 @@ def splitk_shared_bytes(d: int) -> int:
     return (SPLITK_ROWS + 2 * SPLITK_STAGES * SPLITK_TILE) * (d + 8) * 2
 
 
-# H100 SXM (compute capability 9.0) per-SM limits, from the CUDA C++ Programming Guide's table "Technical
-# Specifications per Compute Capability": 228 KB of shared memory per SM (227 KB of it for one block, opted in),
-# 1 KB of it reserved by the system for each resident block, 2048 threads and 32 blocks per SM.
-H100_SHARED_PER_SM = 228 * 1024
-H100_SHARED_RESERVED_PER_BLOCK = 1024
-H100_THREADS_PER_SM = 2048
-H100_BLOCKS_PER_SM = 32
-
-
 def splitk_resident_blocks(d: int) -> int:
     """How many splitk_fwd blocks one H100 SM holds at once: the fewest allowed by shared memory (splitk_shared_bytes(d)
-    plus the 1 KB the system keeps per block, against 228 KB), by threads (SPLITK_THREADS against 2048) and by the
+    plus the 1 KB the system keeps per block, against 228 KB), by warps (SPLITK_THREADS / 32 against 64) and by the
     32-block limit. 4 at d = 64 (46 080 bytes a block), 2 at d = 128 (87 040). Registers are not counted: at
     SPLITK_THREADS = 128 they would limit only past 128 registers a thread at d = 64 (255 at d = 128)."""
     return max(1, min(splitk_block_limits(d).values()))
@@ -693,8 +683,7 @@ def splitk_resident_blocks(d: int) -> int:
 
 def splitk_block_limits(d: int) -> dict:
     """The splitk_fwd blocks one H100 SM could hold by each resource alone (splitk_resident_blocks takes the least)."""
-    return {"shared memory": H100_SHARED_PER_SM // (splitk_shared_bytes(d) + H100_SHARED_RESERVED_PER_BLOCK),
-            "threads": H100_THREADS_PER_SM // SPLITK_THREADS, "blocks": H100_BLOCKS_PER_SM}
+    return block_limits(SPLITK_THREADS, splitk_shared_bytes(d))
 
 
 # (B, H, S_q, N) where benchmarks/bench_10_splitk.py times the split-K forward: three grids of 128 or 256 query-tile
@@ -703,7 +692,7 @@ def splitk_block_limits(d: int) -> dict:
 SPLITK_BENCH_SHAPES = [(1, 8, 1024, 32768), (1, 4, 4096, 16384), (2, 16, 512, 65536), (2, 16, 4096, 8192)]
 
 
-def choose_fwd_splits(B: int, H: int, S_q: int, N: int, d: int = 64, sms: int = H100_SMS,
+def choose_fwd_splits(B: int, H: int, S_q: int, N: int, d: int = 64, sms: int = H100_SXM.sms,
                       blocks_per_sm: int | None = None, min_chunk: int = 2048) -> int:
     """The host's choice of ``splits`` for splitk_fwd (head dimension ``d``): a power of two, doubled from 1 while the
     grid, splitk_tiles(S_q) * B * H * splits blocks, still fits one wave of the blocks the GPU holds at once
@@ -800,7 +789,7 @@ def _q_crossed(p, x):
     """Q's A fragments loaded through crossed ldmatrix addresses (module 08's Q_MATRICES): each 16-row group of a
     query tile mixes the row halves of its two column halves (rows past S_q are the tile's zero rows)."""
     pp, xx = _padded(p, x)
-    return _tiled(p, _split_ref(pp, dict(xx, Q=_matrices_crossed(xx["Q"]))))
+    return _tiled(p, _split_ref(pp, dict(xx, Q=matrices_crossed(xx["Q"]))))
 
 
 def _chunk_crossed(name):
@@ -817,7 +806,7 @@ def _chunk_crossed(name):
         for b, h, s in np.ndindex(p.B, p.H, p.splits):
             start, end = s * chunk, min(s * chunk + chunk, int(lengths[b, h]))
             if end > start:
-                crossed[b, h, s, start:end] = _matrices_crossed(per_split[b, h, 0, start:end])
+                crossed[b, h, s, start:end] = matrices_crossed(per_split[b, h, 0, start:end])
         k, v = (crossed, v) if name == "K" else (k, crossed)
         state = ref.partial_state(q, k, v, scale=float(scale_of(p)), mask=_keep(pp)[..., None, :])
         return _tiled(p, _as_split(ref.finalize_state(state)))

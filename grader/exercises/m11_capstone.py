@@ -5,7 +5,8 @@ The kernel takes its shape at compile time: -DHEAD_DIM, -DELEM_BF16, -DCAUSAL, a
 that decide its speed: -DWARPS (warps per block), -DWARP_ROWS (16 or 32 query rows per warp),
 -DTILE (keys per K/V tile) and -DSTAGES (K/V buffers). The graded rows fix them to CONFIG;
 ``grader.autotune`` varies them, and ``python -m grader bench capstone FILE`` times the kernel in
-every configuration with the best choices found on the H100 (benchmarks/results/capstone.json).
+every configuration with the best choices found on the H100 (benchmarks/results/capstone.json, whose
+launch choices the package keeps as capstone_tuned.json).
 """
 import json
 from types import SimpleNamespace
@@ -13,16 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import autotune, benchspec
+from .. import benchspec
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
-from ..checks import BACKWARD_NAN
-from ..exercise_rows import Mistake, case, exercise, hidden
+from ..errors import CourseError
+from ..exercise_rows import BACKWARD_NAN, Exercise, Mistake, Space, case, exercise, hidden, register_space
 from ..launch import ceil_div
-from ._attention import KEY_FROM_G, _keep_mask, backward_magnitude, forward_magnitude, forward_mistakes, \
-    forward_with_mask, qkv, scale_of, tile_skipping_io
+from .shared import K_MATRICES, KEY_FROM_G, Q_MATRICES, V_MATRICES, backward_magnitude, forward_magnitude, \
+    forward_mistakes, forward_with_mask, keep_mask, matrices_crossed, qkv, scale_of, tile_skipping_io
 from .m05_masking import padding_mistakes
-from .m08_tensor_cores import K_MATRICES, Q_MATRICES, V_MATRICES, _matrices_crossed
 
 MODULE = "11_capstone"
 KERNEL = "capstone_fwd"
@@ -31,7 +31,9 @@ CONFIG = {"WARPS": 4, "WARP_ROWS": 32, "TILE": 64, "STAGES": 2}  # the graded ro
 SPACE = {"WARPS": (4, 8), "WARP_ROWS": (16, 32), "TILE": (32, 64, 128), "STAGES": (2, 3), "Q_IN_REGS": (0, 1),
          "LAZY_RESCALE": (0, 1)}
 CONFIGS = [(dtype, d, causal) for dtype in ("fp16", "bf16") for d in (64, 128) for causal in (False, True)]
-TUNED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "capstone.json"
+# Package data: the launch choices of the committed GPU run (tuned_choices of benchmarks/results/capstone.json),
+# written by `python benchmarks/bench_11_capstone.py tuned`; tests/test_capstone.py holds them equal.
+TUNED = Path(__file__).with_name("capstone_tuned.json")
 
 
 def excluded(d, cfg):
@@ -67,15 +69,15 @@ def _values(x, dtype=F32):
 
 
 def _keep(p, x):
-    return _keep_mask(p.N, causal=p.causal, key_lengths=x["key_lengths"])
+    return keep_mask(p.N, causal=p.causal, key_lengths=x["key_lengths"])
 
 
 def _crossed(name):
     """The forward with ``name``'s fragments (K, Q or V) loaded through crossed ldmatrix addresses (module
-    08's _matrices_crossed), on the kernel's inputs as values (``v``); rows past N are the tile's zero-filled
+    08's matrices_crossed), on the kernel's inputs as values (``v``); rows past N are the tile's zero-filled
     rows."""
     def model(p, v):
-        v = dict(v, **{name: _matrices_crossed(v[name])})
+        v = dict(v, **{name: matrices_crossed(v[name])})
         o, lse = ref.attention_forward(v["Q"], v["K"], v["V"], causal=p.causal, scale=float(scale_of(p)),
                                        key_lengths=v["key_lengths"])
         return dict(O=o) if name == "V" else dict(O=o, L=lse)
@@ -101,7 +103,7 @@ def _causal_mistakes():
         def wrong(p, x):
             if not p.causal:
                 return None
-            lengths = _keep_mask(p.N, key_lengths=x["key_lengths"])
+            lengths = keep_mask(p.N, key_lengths=x["key_lengths"])
             o, lse = forward_with_mask(x, float(scale_of(p)), keep_ij(p)[None, None] & lengths)
             return dict(O=o, L=lse)
         return wrong
@@ -224,7 +226,6 @@ CASES = [  # the race check runs on the first case: three query blocks, five key
 def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
     """The exercise row of one (d, dtype, causal) build with launch choices ``cfg`` (CONFIG by
     default): the graded rows below, and the builds the benchmarks time (``register=False``)."""
-    from ..exercise_rows import Exercise
 
     cfg = dict(CONFIG, **(cfg or {}))
     bf16 = dtype == "bf16"
@@ -271,7 +272,7 @@ def variant(d, dtype="fp16", causal=False, cfg=None, register=True):
     bench = benchspec.forward_spec(ex_id, d=d, causal=causal, padded=True)
     if register:
         benchspec.SPECS[ex_id] = bench
-        autotune.register(autotune.Space(
+        register_space(Space(
             exercise=ex_id,
             params=SPACE,
             grid=lambda p, c: (ceil_div(p.N, block_rows(c)), p.H, p.B),
@@ -287,14 +288,24 @@ def _with(c, **params):
     return case(c.name, c.seed, **c.params, **params) if not c.hidden else hidden(c.name, **c.params, **params)
 
 
+def tuned_choices(run: dict) -> dict:
+    """What the package keeps of a benchmarks/bench_11_capstone.py run: the configuration, S (bench
+    records) and the launch choices of each ``tuned`` and ``bench`` record, in the run's order."""
+    def keep(r, *extra):
+        return {k: r[k] for k in ("dtype", "d", "causal", *extra, *SPACE) if k in r}
+
+    return {"tuned": [keep(r) for r in run.get("tuned", [])], "bench": [keep(r, "S") for r in run.get("bench", [])]}
+
+
 def tuned_configs(S: int | None = None) -> dict:
     """{(dtype, d, causal): cfg}: the fastest launch choices the GPU run found, CONFIG where none. The
     sweep chose at S = 4096; with ``S``, the choices the run kept at that length (its bench records:
     benchmarks/bench_11_capstone.py times the sweep's fastest few again at each longer S) where it has them."""
     try:
         run = json.loads(TUNED.read_text())
-    except (OSError, ValueError):
-        run = {}
+    except OSError as err:
+        raise CourseError(f"{TUNED} is missing ({err.strerror}): the capstone's tuned launch choices are package data of "
+                          "grader; reinstall it, or write them with python benchmarks/bench_11_capstone.py tuned") from None
     found = {(r["dtype"], r["d"], r["causal"]): {k: r[k] for k in SPACE if k in r} for r in run.get("tuned", [])}
     if S is not None:
         found |= {(r["dtype"], r["d"], r["causal"]): {k: r[k] for k in SPACE if k in r}
@@ -363,7 +374,7 @@ def _bwd_grads(p, x, keep=None, lse_factor=1.0, use_lse=True, use_d=True, scale_
 
     def use(name, product, value=None):
         value = v[name] if value is None else value
-        return _matrices_crossed(value) if f"{name}.{product}" in crossed else value
+        return matrices_crossed(value) if f"{name}.{product}" in crossed else value
 
     s = float(scale_of(p))
     keep = _keep(p, x) if keep is None else keep
@@ -407,7 +418,7 @@ def _bwd_magnitude(outputs):
 
 def _unpadded(p):
     """The keep-mask of a kernel that ignores key_lengths: causal only, or every key."""
-    return _keep_mask(p.N, causal=True) if p.causal else np.ones((1, 1, p.N, p.N), bool)
+    return keep_mask(p.N, causal=True) if p.causal else np.ones((1, 1, p.N, p.N), bool)
 
 
 def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
@@ -487,7 +498,7 @@ def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
     found += [Mistake(*_crossed_load(load), wrong(crossed={load})) for load in loads]
     if causal:
         i_, j_ = (lambda n: np.arange(n)[:, None]), (lambda n: np.arange(n)[None, :])
-        lengths = lambda p, x: _keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
+        lengths = lambda p, x: keep_mask(p.N, key_lengths=x["key_lengths"])  # noqa: E731
         found += [
             Mistake("no causal mask", "query i does not see keys j > i: P = 0 there, in every tile that crosses "
                     "the diagonal.", wrong(keep=lengths)),
@@ -500,7 +511,6 @@ def _bwd_mistakes(part, causal, rows, fused=False, tile=64):
 def bwd_variant(part, d, dtype="fp16", causal=False, cfg=None, register=True):
     """The exercise row of one build of ``capstone_bwd_dkdv`` or ``capstone_bwd_dq`` (``part`` "dkdv"
     or "dq"), as ``variant`` does for the forward."""
-    from ..exercise_rows import Exercise
 
     fused = bool((cfg or {}).get("FUSED_DQ"))
     base = dict(BWD_CONFIG[part], **(FUSED_CONFIG if fused else {}))

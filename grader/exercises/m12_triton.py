@@ -16,9 +16,8 @@ import numpy as np
 
 from .. import reference as ref
 from ..arrays import BF16, bf16_bits, bf16_values
-from ..checks import BACKWARD_NAN
-from ..exercise_rows import Mistake, case, hidden, triton_exercise
-from ._attention import backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv
+from ..exercise_rows import BACKWARD_NAN, Mistake, case, hidden, triton_exercise
+from .shared import backward_magnitude, forward_magnitude, forward_mistakes, forward_with_mask, qkv
 
 MODULE = "12_triton"
 F16, F32 = np.float16, np.float32

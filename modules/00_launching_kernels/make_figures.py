@@ -10,12 +10,15 @@ from pathlib import Path
 
 # figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, ceil_div, despine, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
+
+from grader.device import H100_SXM  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
 save = saver(IMG)
@@ -181,17 +184,15 @@ def fig_coalescing() -> None:
 
 # --------------------------------------------------------------------------- memory hierarchy
 
-# NVIDIA H100 SXM5 (from the H100 architecture whitepaper and datasheet): 132 SMs, 64 Ki
-# 32-bit registers (256 KiB) per SM, up to 228 KiB shared memory per SM, 50 MB L2,
-# 80 GB HBM3 at 3.35 TB/s, ~1.98 GHz boost clock, shared memory 128 B/clock per SM.
-SMS = 132
-REG_PER_SM = 256 * 1024
-SMEM_PER_SM = 228 * 1024
-L2 = 50e6
-HBM = 80e9
-HBM_BW = 3.35e12
-CLOCK = 1.98e9
-SMEM_BW = SMS * 128 * CLOCK
+# The H100 SXM's (grader.device, which cites the whitepaper and datasheet for each).
+SMS = H100_SXM.sms
+REG_PER_SM = H100_SXM.registers_per_sm * 4  # bytes: 32-bit registers
+SMEM_PER_SM = H100_SXM.shared_per_sm
+L2 = H100_SXM.l2_mb * 1e6
+HBM = H100_SXM.hbm_gb * 1e9
+HBM_BW = H100_SXM.hbm_gbps * 1e9
+CLOCK = H100_SXM.max_clock_mhz * 1e6
+SMEM_BW = SMS * H100_SXM.shared_bytes_per_clock_per_sm * CLOCK
 
 
 def human(nbytes: float) -> str:
@@ -228,7 +229,8 @@ def fig_memory_hierarchy() -> None:
     a2.set_title(f"Bandwidth: on-chip ≈ {SMEM_BW / HBM_BW:.0f}× HBM", fontsize=10)
     for a in (a1, a2):
         despine(a)
-    fig.text(0.01, 0.01, "Shared-memory bandwidth = 132 SMs × 128 B/clock × 1.98 GHz. "
+    fig.text(0.01, 0.01, f"Shared-memory bandwidth = {SMS} SMs × {H100_SXM.shared_bytes_per_clock_per_sm} B/clock × "
+             f"{CLOCK / 1e9:g} GHz. "
              "Small and fast on chip, large and slower off chip: every later module is about moving less data across that line.",
              fontsize=8, color="#444")
     fig.tight_layout(rect=(0, 0.05, 1, 1))

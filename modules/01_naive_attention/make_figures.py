@@ -10,11 +10,14 @@ from pathlib import Path
 
 # figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from figstyle import BLUE, GREEN, ORANGE, PURPLE, RED, despine, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+
+from grader.device import H100_SXM  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
 save = saver(IMG)
@@ -105,7 +108,7 @@ def fig_pipeline() -> None:
 
 def fig_footprint() -> None:
     Ns = 2 ** np.arange(9, 18)  # 512 .. 131072
-    BH, H100 = 32, 80e9
+    BH, H100 = 32, H100_SXM.hbm_gb * 1e9
     fig, ax = plt.subplots(figsize=(8.4, 4.6))
     s_bytes = Ns.astype(float) ** 2 * BH * FLOAT
     ax.plot(Ns, s_bytes, "-o", color=ORANGE, label=f"S for B·H = {BH} heads (P is the same size again)")
@@ -114,9 +117,9 @@ def fig_footprint() -> None:
         ax.plot(Ns, 4 * Ns.astype(float) * dd * BH * FLOAT, ls, color=BLUE, ms=4,
                 alpha=1.0 if dd == 64 else 0.6, label=f"Q, K, V, O together, d = {dd}, {BH} heads")
     ax.axhline(H100, color=RED, lw=1)
-    ax.text(Ns[0], H100 * 1.25, "80 GB: all of an H100's HBM", color=RED, fontsize=9)
-    ax.axhline(50e6, color=PURPLE, lw=1)
-    ax.text(Ns[-1], 50e6 * 1.3, "50 MB: H100 L2 cache", color=PURPLE, fontsize=9, ha="right")
+    ax.text(Ns[0], H100 * 1.25, f"{H100_SXM.hbm_gb} GB: all of an H100's HBM", color=RED, fontsize=9)
+    ax.axhline(H100_SXM.l2_mb * 1e6, color=PURPLE, lw=1)
+    ax.text(Ns[-1], H100_SXM.l2_mb * 1e6 * 1.3, f"{H100_SXM.l2_mb} MB: H100 L2 cache", color=PURPLE, fontsize=9, ha="right")
     n0 = 4096
     v0 = n0 * n0 * BH * FLOAT
     ax.annotate(f"N = {n0}: {v0 / GiB:.0f} GiB for S", xy=(n0, v0), xytext=(n0 / 7, v0 * 6),

@@ -13,11 +13,14 @@ from pathlib import Path
 
 # figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, ceil_div, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+
+from grader.device import H100_SXM  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -218,10 +221,11 @@ def fig_traffic_vs_tile() -> None:
     for dd, ls in ((128, "--"), (64, "-")):
         rw = np.array([row_shared_bytes(dd, b) for b in tiles]) / KiB
         a2.plot(tiles, rw, ls, marker="s", color=ORANGE, label=f"K and V tiles of B keys only, d = {dd}")
-    a2.axhline(48, color="#555", lw=1)
-    a2.text(8.5, 52, "48 KiB: static / default dynamic limit per block", fontsize=7.6)
-    a2.axhline(227, color="#555", lw=1, ls=":")
-    a2.text(8.5, 240, "227 KiB: H100 opt-in maximum per block", fontsize=7.6)
+    static, optin = H100_SXM.static_shared_per_block // KiB, H100_SXM.max_shared_per_block_optin // KiB
+    a2.axhline(static, color="#555", lw=1)
+    a2.text(8.5, 52, f"{static} KiB: static / default dynamic limit per block", fontsize=7.6)
+    a2.axhline(optin, color="#555", lw=1, ls=":")
+    a2.text(8.5, 240, f"{optin} KiB: H100 opt-in maximum per block", fontsize=7.6)
     a2.set_xscale("log", base=2)
     a2.set_yscale("log")
     a2.set_xticks(tiles)

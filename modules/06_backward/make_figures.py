@@ -11,11 +11,14 @@ from pathlib import Path
 
 # figstyle (the shared style, in modules/) selects the Agg backend: import it before pyplot.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from figstyle import BLUE, GREY, ORANGE, RED, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+
+from grader.device import H100_SXM  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
 save = saver(IMG)
@@ -160,8 +163,9 @@ def fig_memory_saved() -> None:
                 textcoords="offset points", fontsize=8.5, color=RED, arrowprops=dict(arrowstyle="->", color=RED, lw=0.8))
     ax.annotate(f"L = {bh * n0 * FLOAT / MiB:.0f} MiB", (n0, bh * n0 * FLOAT / MiB), xytext=(15, -22),
                 textcoords="offset points", fontsize=8.5, color=BLUE, arrowprops=dict(arrowstyle="->", color=BLUE, lw=0.8))
-    ax.axhline(80e9 / MiB, color="#555", ls=":", lw=1)
-    ax.text(2**13.9, 80e9 / MiB * 1.5, "80 GB: all of an H100's memory", fontsize=8, ha="right")
+    hbm = H100_SXM.hbm_gb * 1e9
+    ax.axhline(hbm / MiB, color="#555", ls=":", lw=1)
+    ax.text(2**13.9, hbm / MiB * 1.5, f"{H100_SXM.hbm_gb} GB: all of an H100's memory", fontsize=8, ha="right")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length N")

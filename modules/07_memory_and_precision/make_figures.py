@@ -26,15 +26,16 @@ import figstyle  # noqa: E402
 from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, despine, markdown_table, saver  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
+from grader.device import H100_SXM  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 RESULTS = ROOT / "benchmarks" / "results"
 save = saver(HERE / "img")
 
-# NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column: HBM3 3.35 TB/s, FP16 tensor 1,979 TFLOPS
-# "with sparsity" (989 dense), FP32 67 TFLOPS.
-HBM_TBS = 3.35
-FP16_TENSOR_TFLOPS = 989.0
-FP32_TFLOPS = 67.0
+# The H100 SXM's peaks (grader.device), rounded to the whole TFLOP/s the datasheet prints.
+HBM_TBS = H100_SXM.hbm_tbps
+FP16_TENSOR_TFLOPS = round(H100_SXM.fp16_dense_tflops)
+FP32_TFLOPS = round(H100_SXM.fp32_tflops)
 ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 SHAPE = dict(B=4, H=16, S=4096)
 
@@ -92,11 +93,11 @@ def table_measured(records) -> str:
 def fig_roofline(records) -> None:
     fig, ax = plt.subplots(figsize=(7.0, 4.4))
     x = np.logspace(-1, 4, 200)
-    ax.plot(x, np.minimum(FP16_TENSOR_TFLOPS, HBM_TBS * x), color=PURPLE, lw=1.5, label="fp16 tensor cores (989 TFLOP/s)")
-    ax.plot(x, np.minimum(FP32_TFLOPS, HBM_TBS * x), color=ORANGE, lw=1.5, label="fp32 CUDA cores (67 TFLOP/s)")
+    ax.plot(x, np.minimum(FP16_TENSOR_TFLOPS, HBM_TBS * x), color=PURPLE, lw=1.5, label=f"fp16 tensor cores ({FP16_TENSOR_TFLOPS} TFLOP/s)")
+    ax.plot(x, np.minimum(FP32_TFLOPS, HBM_TBS * x), color=ORANGE, lw=1.5, label=f"fp32 CUDA cores ({FP32_TFLOPS} TFLOP/s)")
     ax.plot([], [], "o", color=ORANGE, label="course kernels: fp32 math on CUDA cores (fp32 or fp16 I/O)")
     ax.plot([], [], "s", color=PURPLE, label="tc_flash_fwd: tensor cores (fp16/bf16)")
-    ax.text(0.15, HBM_TBS * 0.15 * 1.6, "HBM 3.35 TB/s", rotation=33, fontsize=8, color="0.3")
+    ax.text(0.15, HBM_TBS * 0.15 * 1.6, f"HBM {HBM_TBS} TB/s", rotation=33, fontsize=8, color="0.3")
     named = set()
     for r in sorted(records, key=lambda r: -r["tflops"]):
         ai = attention_intensity(r)

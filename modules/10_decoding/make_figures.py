@@ -41,6 +41,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 from grader import reference as ref  # noqa: E402
+from grader.device import H100_SXM  # noqa: E402
 from grader.exercises import m10_decoding as m10  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -128,9 +129,9 @@ def table_floors() -> str:
         for d in (128, 64):
             nbytes = m10.decode_bytes(B, H, n_q, N, d)
             rows.append([B, H, n_q, N, d, f"{nbytes / 1e9:.3f} GB", f"{4 * n_q * N * d * B * H / nbytes:.2f}",
-                         f"{nbytes / (m10.H100_HBM_TBPS * 1e12) * 1e3:.3f} ms"])
+                         f"{nbytes / (H100_SXM.hbm_tbps * 1e12) * 1e3:.3f} ms"])
     return markdown_table(["B", "H", "n_q", "N", "d", "Q, K, V, O bytes", "FLOP per byte",
-                           f"floor at {m10.H100_HBM_TBPS} TB/s"], rows)
+                           f"floor at {H100_SXM.hbm_tbps} TB/s"], rows)
 
 
 
@@ -138,8 +139,8 @@ def table_blocks() -> str:
     rows = []
     for B, H, n_q, N in BENCH_SHAPES:
         splits = m10.choose_splits(B, H, N, n_q)
-        rows.append([B, H, n_q, N, B * H, f"{B * H / m10.H100_SMS:.2f}", splits, B * H * splits,
-                     f"{B * H * splits / m10.H100_SMS:.1f}", m10.ceil_div(N, splits)])
+        rows.append([B, H, n_q, N, B * H, f"{B * H / H100_SXM.sms:.2f}", splits, B * H * splits,
+                     f"{B * H * splits / H100_SXM.sms:.1f}", m10.ceil_div(N, splits)])
     return markdown_table(["B", "H", "n_q", "N", "blocks, one per head", "per SM", "splits", "blocks, split", "per SM",
                            "keys per block"], rows)
 
@@ -148,8 +149,8 @@ def fig_blocks() -> None:
     labels, one, split = [], [], []
     for B, H, n_q, N in BENCH_SHAPES:
         labels.append(f"B={B} H={H}\nn_q={n_q} N={N}")
-        one.append(B * H / m10.H100_SMS)
-        split.append(B * H * m10.choose_splits(B, H, N, n_q) / m10.H100_SMS)
+        one.append(B * H / H100_SXM.sms)
+        split.append(B * H * m10.choose_splits(B, H, N, n_q) / H100_SXM.sms)
     x = np.arange(len(labels))
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.bar(x - 0.2, one, 0.4, color=GREY, label="one block per head (module 04's grid)")
@@ -162,7 +163,7 @@ def fig_blocks() -> None:
     ax.set_yscale("log")
     ax.set_ylim(0.1, 400)
     ax.set_xticks(x, labels, fontsize=8)
-    ax.set_ylabel(f"blocks per SM ({m10.H100_SMS} SMs)")
+    ax.set_ylabel(f"blocks per SM ({H100_SXM.sms} SMs)")
     ax.legend(fontsize=8, frameon=False, loc="upper left")
     despine(ax)
     fig.tight_layout()
@@ -321,14 +322,14 @@ def table_splitk_rule() -> str:
     for dim in (64, 128):
         held, limits = m10.splitk_resident_blocks(dim), m10.splitk_block_limits(dim)
         rows.append([dim, f"{m10.splitk_shared_bytes(dim):,} bytes",
-                     f"{held} ({limits['shared memory']}, {limits['threads']})", held * m10.H100_SMS])
+                     f"{held} ({limits['shared memory']}, {limits['warps']})", held * H100_SXM.sms])
     picks = []
     for B, H, S_q, N in m10.SPLITK_BENCH_SHAPES:
         grid = m10.splitk_tiles(S_q) * B * H
         row = [B, H, S_q, N, grid]
         for dim in (64, 128):
             s = m10.choose_fwd_splits(B, H, S_q, N, d=dim)
-            row += [s, f"{grid * s} ({grid * s / (m10.splitk_resident_blocks(dim) * m10.H100_SMS):.2f})"]
+            row += [s, f"{grid * s} ({grid * s / (m10.splitk_resident_blocks(dim) * H100_SXM.sms):.2f})"]
         picks.append(row)
     return (markdown_table(head, rows) + "\n" +
             markdown_table(["B", "H", "S_q", "N", "blocks, one split", "splits at d = 64", "blocks (waves)",

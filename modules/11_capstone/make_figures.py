@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "modules"))
 sys.path.insert(0, str(ROOT))
 import figstyle  # noqa: E402
-from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, add_per_round, blocks_per_sm, ceil_div, despine, markdown_table, saver  # noqa: E402
+from figstyle import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, add_per_round, ceil_div, despine, markdown_table, saver  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
@@ -44,6 +44,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 import grader.exercises  # noqa: E402,F401  (registers every exercise)
 from grader.benchmark import run_to_run_spread  # noqa: E402
+from grader.device import H100_SXM, blocks_per_sm  # noqa: E402
 from grader.exercises import m11_capstone as m11  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -63,11 +64,10 @@ SEQS = (4096, 16384, 32768)  # and its sequence lengths
 # the committed run may predate a change of the space.
 SWEEP_FIELDS = {"dtype", "d", "causal", "status", "ms", "tflops", "regs", "local_bytes", "shared_bytes"}
 
-# Hopper figures the reading cites (H100 SXM5). Dense tensor-core peaks: NVIDIA's H100 datasheet
-# gives 1,979 (fp16) and 3,958 (fp8) TFLOP/s with 2:4 sparsity, twice the dense rate. The
+# Hopper figures the reading cites (H100 SXM5). The dense tensor-core peaks are grader.device's. The
 # special-function rate and the shared-memory bandwidth are FlashAttention-3's (section 3.1, Table 1).
-WGMMA_FP16_TFLOPS = 989.4
-WGMMA_FP8_TFLOPS = 1978.9
+WGMMA_FP16_TFLOPS = H100_SXM.fp16_dense_tflops
+WGMMA_FP8_TFLOPS = H100_SXM.fp8_dense_tflops
 MUFU_TOPS = 3.9  # exponentials per second, in units of 10^12
 SMEM_TBPS = 31.0
 

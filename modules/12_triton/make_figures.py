@@ -156,7 +156,8 @@ def table_scale() -> str:
     """L computed from float32 scores (exact products of the half inputs, float32 sums, as tl.dot) with
     scale·log2(e) applied to the scores, or folded into Q and rounded back to Q's dtype; the largest error
     over the case as a multiple of the check's tolerance for L (1 = at the edge)."""
-    from grader.checks import TOLERANCES, error_ratio, get_exercise
+    from grader.checks import get_exercise
+    from grader.judge import TOLERANCES, error_ratio
 
     ex = get_exercise("triton_flash_forward")
     rows = []

@@ -1,5 +1,5 @@
 """A case's extreme-logit parameters must reach its inputs: every case row that asks for `negative`, `falling` or
-`late_peak` scores (grader/exercises/_attention.py: extreme_scores) gets them from its exercise's input maker. An
+`late_peak` scores (grader/exercises/shared.py: extreme_scores) gets them from its exercise's input maker. An
 input maker of its own that skipped them would turn the case into an ordinary random one, silently (module 08's
 did, until a student trial found a max initialised to 0 passing)."""
 from types import SimpleNamespace
@@ -60,7 +60,7 @@ def test_every_extreme_case_gets_its_extreme_scores():
 
 
 def test_every_large_values_case_reaches_past_half_precision():
-    """`spread=0` with `v_offset=X` (_attention.qkv): every score 0 and every value about X, so that the
+    """`spread=0` with `v_offset=X` (shared.qkv): every score 0 and every value about X, so that the
     unnormalised output, about N·X, passes half precision's 65504; an input maker that skipped `v_offset`
     would leave the values random and an accumulator kept in half would pass."""
     seen = 0

@@ -2,20 +2,22 @@
 import numpy as np
 import pytest
 
-from grader.checks import PRODUCT_NAN, CheckFailed, _within, check, compare, error_ratio, run_check
+from grader.checks import CheckFailed, check, run_check
+from grader.exercise_rows import PRODUCT_NAN
+from grader.judge import compare, error_ratio, within
 from grader.kernel import RawKernel
 
 
 @pytest.mark.parametrize("got, ok", [(-np.inf, True), (0.0, False), (-1e30, False), (np.finfo(np.float32).min, False),
                                      (np.inf, False), (np.nan, False)])
 def test_minus_infinity_must_match_exactly(got, ok):
-    assert _within(np.array([got]), np.array([-np.inf]), 2e-5, 2e-5).item() is ok
+    assert within(np.array([got]), np.array([-np.inf]), 2e-5, 2e-5).item() is ok
 
 
 def test_nan_only_where_nan_is_expected():
-    assert not _within(np.array([np.nan]), np.array([1.0]), 2e-5, 2e-5).item()
-    assert _within(np.array([np.nan]), np.array([np.nan]), 2e-5, 2e-5).item()
-    assert not _within(np.array([1.0]), np.array([np.nan]), 2e-5, 2e-5).item()
+    assert not within(np.array([np.nan]), np.array([1.0]), 2e-5, 2e-5).item()
+    assert within(np.array([np.nan]), np.array([np.nan]), 2e-5, 2e-5).item()
+    assert not within(np.array([1.0]), np.array([np.nan]), 2e-5, 2e-5).item()
 
 
 def test_a_computed_nan_is_explained_for_the_kind_of_kernel():
@@ -37,8 +39,8 @@ def test_infinity_mismatch_is_named():
 
 def test_tolerance_scales_with_the_size_of_the_terms():
     want, got = np.array([1e-3]), np.array([1e-3 + 1e-4])
-    assert not _within(got, want, 2e-5, 2e-5).item()
-    assert _within(got, want, 2e-5, 2e-5, magnitude=np.array([10.0])).item()  # terms of size 10 cancelled
+    assert not within(got, want, 2e-5, 2e-5).item()
+    assert within(got, want, 2e-5, 2e-5, magnitude=np.array([10.0])).item()  # terms of size 10 cancelled
     assert error_ratio(got, want, (2e-5, 2e-5), np.array([10.0])) == pytest.approx(1e-4 / (2e-5 + 2e-4))
     assert error_ratio(np.array([0.0]), np.array([-np.inf]), (2e-5, 2e-5)) == np.inf
 
@@ -234,34 +236,34 @@ def test_a_launch_of_many_million_threads_gets_time_in_proportion():
 
 
 def test_an_unwritten_tail_is_blamed_on_the_grid_only_when_what_was_written_is_right():
-    from grader.checks import _generic_diagnosis
+    from grader.judge import generic_diagnosis
 
     want = np.arange(1.0, 101.0)
     unwritten = np.arange(100) >= 64
     got = np.where(unwritten, np.nan, want)
-    assert "stops short" in _generic_diagnosis("c", got, want, unwritten, {})
+    assert "stops short" in generic_diagnosis("c", got, want, unwritten, {})
     strided = np.where(unwritten, np.nan, want[(np.arange(100) * 2) % 100])  # a wrong stride: a tail, wrong values
-    assert "stops short" not in (_generic_diagnosis("c", strided, want, unwritten, {}) or "")
+    assert "stops short" not in (generic_diagnosis("c", strided, want, unwritten, {}) or "")
 
 
 def test_whole_heads_never_written_are_blamed_on_the_head_offset_not_on_a_loop_bound():
-    from grader.checks import _generic_diagnosis
+    from grader.judge import generic_diagnosis
 
     rng = np.random.default_rng(0)
     want = rng.standard_normal((2, 2, 70, 8))
     unwritten = np.zeros(want.shape, bool)
     unwritten[1] = True  # batch 1 never written: every batch wrote batch 0's slices
     got = np.where(unwritten, np.nan, want)
-    hint = _generic_diagnosis("O", got, want, unwritten, {"B": 2, "H": 2})
+    hint = generic_diagnosis("O", got, want, unwritten, {"B": 2, "H": 2})
     assert "2 of the 4 (batch, head) slices of O were never written (O[1, 0], O[1, 1])" in hint
     assert "stops short" not in hint
     unwritten[1, 1, 60:] = False  # part of a slice written: not the head-offset story
     got = np.where(unwritten, np.nan, want)
-    assert "slices" not in (_generic_diagnosis("O", got, want, unwritten, {"B": 2, "H": 2}) or "")
+    assert "slices" not in (generic_diagnosis("O", got, want, unwritten, {"B": 2, "H": 2}) or "")
 
 
 def test_rows_holding_other_rows_values_are_named_and_a_merely_wrong_output_is_not():
-    from grader.checks import _generic_diagnosis
+    from grader.judge import generic_diagnosis
 
     rng = np.random.default_rng(1)
     want = rng.standard_normal((1, 1, 64, 16))
@@ -269,27 +271,27 @@ def test_rows_holding_other_rows_values_are_named_and_a_merely_wrong_output_is_n
     moved = rows // 16 * 16 + (rows % 16 + 8) % 16  # the halves of each 16-row group trade places
     got = want[..., moved, :]
     none = np.zeros(want.shape, bool)
-    hint = _generic_diagnosis("O", got, want, none, {"B": 1, "H": 1})
+    hint = generic_diagnosis("O", got, want, none, {"B": 1, "H": 1})
     assert "O[0, 0, 0, :] is what O[0, 0, 8, :] should be" in hint
     noisy = want + 0.1 * rng.standard_normal(want.shape)
-    assert "other rows" not in (_generic_diagnosis("O", noisy, want, none, {"B": 1, "H": 1}) or "")
+    assert "other rows" not in (generic_diagnosis("O", noisy, want, none, {"B": 1, "H": 1}) or "")
 
 
 def test_a_name_is_kept_only_if_it_fits_every_failing_case_it_applies_to():
-    from grader.checks import CaseResult, _compose, _fit_every_case
+    from grader.judge import CaseResult, compose, fit_every_case
     from grader.exercise_rows import case
 
     a, b = "scale applied twice: multiply once.", "running max starts at 0: initialise m = -INFINITY."
 
     def failing(name, named, unfit):
         head = f"case '{name}': 5 of 9 elements of O differ."
-        return CaseResult(case(name, 1, N=8), False, _compose(head, named, None), head=head, named=named, unfit=unfit)
+        return CaseResult(case(name, 1, N=8), False, compose(head, named, None), head=head, named=named, unfit=unfit)
 
     first, second = failing("one", [a, b], set()), failing("two", [a], {b})
-    _fit_every_case([first, second])
+    fit_every_case([first, second])
     assert "Likely mistake: scale applied twice" in first.message and "running max" not in first.message
     lone, other = failing("one", [b], set()), failing("two", [], {b})
-    _fit_every_case([lone, other])
+    fit_every_case([lone, other])
     assert "Likely mistake: running max starts at 0" in lone.message
     assert "On case 'two', which fails too, the numbers do not fit this mistake" in lone.message
 

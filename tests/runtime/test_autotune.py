@@ -12,7 +12,7 @@ import pytest
 import grader
 from grader import autotune
 from grader.__main__ import main
-from grader.benchmark import _kernel_dtype
+from grader.benchmark import kernel_dtype
 from grader.benchspec import SPECS, BenchSpec
 from grader.checks import REGISTRY, get_exercise
 from grader.course import solution_source
@@ -100,7 +100,7 @@ def test_configurations_and_options():
     assert autotune.options_for(("-DHEAD_DIM=64", "-DSTAGES=2", "-DCAUSAL=1"), {"STAGES": 3, "BLOCK_ROWS": 64}) == \
         ("-DHEAD_DIM=64", "-DCAUSAL=1", "-DSTAGES=3", "-DBLOCK_ROWS=64")
     with pytest.raises(ValueError, match="non-empty tuple"):
-        autotune.register(autotune.Space("x", {"A": []}, grid=None, block=None))
+        autotune.register_space(autotune.Space("x", {"A": []}, grid=None, block=None))
 
 
 def test_a_configuration_is_a_copy_of_the_row():
@@ -234,8 +234,8 @@ def test_dtype_is_the_kernels_own(space):
     # module 08's kernel names its tensors' type `elem` (a typedef): the exercise's outputs tell
     source = solution_source("tc_flash_fwd_d64")
     assert "const elem* Q" in source
-    assert _kernel_dtype(source, get_exercise("tc_flash_fwd_d64")) == "fp16"
-    assert _kernel_dtype(source, get_exercise("tc_flash_fwd_bf16_d64")) == "bf16"
+    assert kernel_dtype(source, get_exercise("tc_flash_fwd_d64")) == "fp16"
+    assert kernel_dtype(source, get_exercise("tc_flash_fwd_bf16_d64")) == "bf16"
 
 
 def test_cli(space, tmp_path, capsys):

@@ -279,17 +279,17 @@ def test_a_pointer_type_the_source_does_not_define_is_not_guessed():
 
 
 def test_the_course_tensor_core_rows_are_benchmarked_in_their_builds_precision():
-    from grader.benchmark import _kernel_dtype
+    from grader.benchmark import kernel_dtype
     from grader.checks import get_exercise
 
     source = solution_source("tc_flash_fwd_d64")  # elem is a typedef chosen by -DELEM_BF16
     for ex_id, dtype in [("tc_flash_fwd_d128", "fp16"), ("tc_flash_fwd_causal_d64", "fp16"),
                          ("tc_flash_fwd_bf16_d64", "bf16"), ("tc_flash_fwd_bf16_causal_d128", "bf16")]:
-        assert _kernel_dtype(source, get_exercise(ex_id)) == dtype
-        assert _kernel_dtype(source, get_exercise(ex_id), dtype) == dtype
+        assert kernel_dtype(source, get_exercise(ex_id)) == dtype
+        assert kernel_dtype(source, get_exercise(ex_id), dtype) == dtype
     with pytest.raises(CourseError, match=r"tc_flash_fwd built with -DHEAD_DIM=64 -DELEM_BF16=1 takes bf16 tensors .* "
                                           r"--dtype bf16"):
-        _kernel_dtype(source, get_exercise("tc_flash_fwd_bf16_d64"), "fp16")
+        kernel_dtype(source, get_exercise("tc_flash_fwd_bf16_d64"), "fp16")
 
 
 def test_a_build_for_one_head_dimension_is_benchmarked_at_it():

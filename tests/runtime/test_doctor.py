@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from grader import doctor
-from grader.emulator import _toolchain
+from grader import emulator
 
 NAMES = ("python", "grader", "backend", "g++", "Boost.Context", "clang-16", "NVRTC", "CuPy/GPU", "Triton",
          "nbgrader", "JupyterLab", "alembic on PATH", "bubblewrap")
@@ -23,9 +23,9 @@ def test_missing_required_tools_fail_with_their_install_command(monkeypatch):
     from grader.backend import set_backend
 
     set_backend("cpu")
-    monkeypatch.setattr(_toolchain, "gxx", lambda: None)
-    monkeypatch.setattr(_toolchain, "clang", lambda: None)
-    monkeypatch.setattr(_toolchain, "boost_available", lambda: False)
+    monkeypatch.setattr(emulator, "gxx", lambda: None)
+    monkeypatch.setattr(emulator, "clang", lambda: None)
+    monkeypatch.setattr(emulator, "boost_available", lambda: False)
     items = {i.name: i for i in doctor.diagnose()}
     assert items["g++"].status == doctor.MISSING and "apt-get install g++" in items["g++"].fix
     assert items["clang-16"].status == doctor.MISSING and "apt-get install clang-16" in items["clang-16"].fix

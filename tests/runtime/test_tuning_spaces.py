@@ -9,9 +9,9 @@ import pytest
 from grader import autotune
 from grader.checks import REGISTRY, get_exercise, run_check
 from grader.course import solution_source
+from grader.device import H100_SXM
 from grader.exercises import m09_pipelines as m09
 from grader.exercises import m11_capstone
-from grader.launch import MAX_SHARED_BYTES_OPTIN
 from repo_scripts import load_script
 
 
@@ -66,7 +66,7 @@ def _covering_builds() -> list[tuple[str, object, str]]:
         p = SimpleNamespace(**ex.cases[0].params)
 
         def allowed(cfg):
-            return not (space.exclude and space.exclude(cfg)) and space.shared_mem(p, cfg) <= MAX_SHARED_BYTES_OPTIN
+            return not (space.exclude and space.exclude(cfg)) and space.shared_mem(p, cfg) <= H100_SXM.max_shared_per_block_optin
 
         for name, values in space.params.items():
             for value in values:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.device import H100_SXM
 from grader.exercises import m10_decoding as m10
 from repo_scripts import load_script
 
@@ -50,7 +51,7 @@ def test_choose_fwd_splits_keeps_the_callers_signature():
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_choose_fwd_splits_fills_at_most_one_wave(d):
-    wave = m10.splitk_resident_blocks(d) * m10.H100_SMS
+    wave = m10.splitk_resident_blocks(d) * H100_SXM.sms
     for B in (1, 2, 4):
         for H in (1, 2, 8, 32):
             for S_q in (1, 64, 100, 1024, 4096):

@@ -11,11 +11,11 @@ from grader import autotune
 from grader.__main__ import main
 from grader.benchspec import get_spec, parse_shape
 from grader.capstone import bench_capstone, build
-from grader.course import solution_source
-from grader.errors import BackendUnavailableError
+from grader.course import ROOT, solution_source
+from grader.errors import BackendUnavailableError, CourseError
 from grader.exercises import m11_capstone as m11
 
-RESULTS = json.loads(m11.TUNED.read_text())
+RESULTS = json.loads((ROOT / "benchmarks" / "results" / "capstone.json").read_text())
 
 
 def test_bench_capstone_refuses_on_the_emulator_and_says_how_to_check(on_emulator, tmp_path, capsys):
@@ -75,6 +75,20 @@ def test_the_committed_records_cover_every_configuration_and_length():
             r["baseline_ms"] / r["ms"], rel=2e-3)
 
 
+def test_the_package_keeps_the_committed_runs_launch_choices():
+    # m11 reads its tuned choices from package data; a new results/capstone.json must be followed by
+    # `python benchmarks/bench_11_capstone.py tuned` (its --merge does it), or this fails
+    assert json.loads(m11.TUNED.read_text()) == m11.tuned_choices(RESULTS)
+    assert len(m11.tuned_choices(RESULTS)["tuned"]) == len(m11.CONFIGS)
+
+
+def test_missing_tuned_choices_fail_loudly(monkeypatch, tmp_path):
+    monkeypatch.setattr(m11, "TUNED", tmp_path / "capstone_tuned.json")
+    with pytest.raises(CourseError, match=r"capstone_tuned.json is missing \(No such file or directory\): the "
+                                          r"capstone's tuned launch choices are package data"):
+        m11.tuned_configs()
+
+
 def test_a_tuned_build_rehearses_on_the_emulator(on_emulator):
     cfg = m11.tuned_configs()[("bf16", 128, True)]
     ex_id = build("bf16", 128, True, cfg)
@@ -88,7 +102,7 @@ def test_the_tile_walk_with_the_right_mask_attends_exactly_the_visible_keys(caus
     """The model behind the mask mistakes, run with the kernel's own rule, is the reference's mask:
     every visible key visited, no other key (padding or zero-filled rows past N) kept."""
     from types import SimpleNamespace
-    from grader.exercises._attention import _keep_mask
+    from grader.exercises.shared import keep_mask
     p = SimpleNamespace(B=3, N=300, causal=causal)
     lengths = (300, 40, 0)
     tile = cfg["TILE"]
@@ -99,5 +113,5 @@ def test_the_tile_walk_with_the_right_mask_attends_exactly_the_visible_keys(caus
     keep, nk = m11.tile_walk_keep(p, lengths, cfg, needs,
                                   lambda at: (at.keys < at.kv_len) & ((at.keys <= at.row) if causal else True))
     assert nk == -(-300 // tile) * tile and not keep[..., 300:].any()
-    want = np.broadcast_to(_keep_mask(300, causal=causal, key_lengths=np.array(lengths)), (3, 1, 300, 300))
+    want = np.broadcast_to(keep_mask(300, causal=causal, key_lengths=np.array(lengths)), (3, 1, 300, 300))
     assert np.array_equal(keep[..., :300], want)

@@ -1,9 +1,11 @@
-"""Inputs and known-wrong forward computations shared by the FlashAttention exercises."""
+"""Inputs, magnitudes and mistake models that more than one module's exercises use: the attention
+forwards and backwards, and the tensor-core fragment layouts."""
 import numpy as np
 
 from .. import reference as ref
+from ..exercise_rows import Mistake
 
-F32 = np.float32
+F16, F32 = np.float16, np.float32
 
 
 FIRST_KEYS = 16  # ``falling`` lifts the first 16 keys: the first key tile of every exercise (16 or 32 wide)
@@ -48,10 +50,10 @@ def scale_of(p):
     return F32(getattr(p, "scale", 1.0 / np.sqrt(p.d)))
 
 
-# --- the size of the terms behind each output (the tolerance scales with it, see grader/checks.py)
+# --- the size of the terms behind each output (the tolerance scales with it, see grader/judge.py)
 
 
-def _keep_mask(n, causal=False, key_lengths=None):
+def keep_mask(n, causal=False, key_lengths=None):
     """[B or 1, 1, N, N] boolean keep-mask, or None for no mask."""
     keep = None
     if causal:
@@ -74,7 +76,7 @@ def score_sizes(q, k, scale, keep=None):
 def forward_magnitude(x, scale, causal=False, key_lengths=None):
     """{O, L}: (1 + R_i) * sum_j P_ij |V_jc| and |L_i| + R_i. A float32 score carries an absolute
     error of a few ulps of R_i, which exp turns into a relative error of P_ij."""
-    keep = _keep_mask(x["Q"].shape[-2], causal, key_lengths)
+    keep = keep_mask(x["Q"].shape[-2], causal, key_lengths)
     _, r = score_sizes(x["Q"], x["K"], scale, keep)
     s = ref.scaled_scores(x["Q"], x["K"], scale)
     if keep is not None:
@@ -90,7 +92,7 @@ def backward_magnitude(x, scale, causal=False, keep=None):
     (1 + R_i) from the scores), |dP| = |dO| |V|^T and |D|; ``keep`` a mask in place of the causal one
     (D only when ``x`` holds O)."""
     q, k, v, do = (np.asarray(x[n], np.float64) for n in ("Q", "K", "V", "dO"))
-    keep = _keep_mask(q.shape[-2], causal) if keep is None else keep
+    keep = keep_mask(q.shape[-2], causal) if keep is None else keep
     _, r = score_sizes(q, k, scale, keep)
     with np.errstate(over="ignore"):
         pr = np.exp(scale * q @ np.swapaxes(k, -1, -2) - np.asarray(x["L"], np.float64)[..., None])
@@ -406,3 +408,153 @@ def tile_skipping_io(rows_per_block, bc, elem_bytes, slack=1.15, backward=False,
     check.needed_bytes, check.slack = needed_bytes, slack
     check.limits = {k: v for k, v in dict(padded=padded, causal=causal).items() if v and not backward}
     return check
+
+
+def forward_ref(p, x):
+    o, lse = ref.attention_forward(x["Q"], x["K"], x["V"], scale=float(scale_of(p)))
+    return dict(O=o, L=lse)
+
+
+# --------------------------------------------------------------------------- tensor-core fragment layouts
+# What a kernel computes when it gets one of the fragment layouts of grader/fragments.py wrong,
+# simulated in float64 so that a check can say which one (modules 08 to 11 use them).
+
+WARP_ROWS = 16  # rows of one mma tile: what a warp owns
+
+
+def as_f64(x):
+    return np.asarray(x, np.float64)
+
+
+def pad_to(x, axis, multiple):
+    """``x`` zero-padded along ``axis`` to a multiple of ``multiple`` (what a kernel's zero-filled tile holds)."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, (-x.shape[axis]) % multiple)
+    return np.pad(x, pad)
+
+
+def blocks8_transposed(x):
+    """Every aligned 8 x 8 block of the last two axes transposed in place (x zero-padded to
+    multiples of 8): what a matrix looks like through ldmatrix with the wrong ``.trans``."""
+    rows, cols = x.shape[-2:]
+    y = pad_to(pad_to(x, -2, 8), -1, 8)
+    r8, c8 = y.shape[-2] // 8, y.shape[-1] // 8
+    y = y.reshape(*y.shape[:-2], r8, 8, c8, 8).swapaxes(-1, -3).reshape(*y.shape[:-2], 8 * r8, 8 * c8)
+    return y[..., :rows, :cols]
+
+
+def matrices_crossed(x):
+    """``x`` (rows x columns, zero-padded to multiples of 16 of each) as an ldmatrix_x4 returns it when
+    the lane's address takes its row half from lane / 8 / 2 and its column half from lane / 8 % 2, the
+    reverse of the operand's order: in every 16 x 16 block, rows 8-15 of columns 0-7 and rows 0-7 of
+    columns 8-15 trade places, the block's two row halves crossed with its two column halves. The same
+    for K's B fragments (rows: keys), Q's A fragments (rows: queries) and V's .trans B fragments
+    (rows: keys, columns: d)."""
+    rows, cols = x.shape[-2:]
+    y = pad_to(pad_to(x, -2, 16), -1, 16)
+    g, c = y.shape[-2] // 16, y.shape[-1] // 16
+    y = y.reshape(*y.shape[:-2], g, 2, 8, c, 2, 8).swapaxes(-5, -2).reshape(*y.shape[:-2], 16 * g, 16 * c)
+    return y[..., :rows, :cols]
+
+
+K_MATRICES = ("K's four ldmatrix matrices in the wrong order",
+              "the B fragments of keys 8n .. 8n + 15 come from one ldmatrix_x4 whose matrix m = lane / 8 is "
+              "keys 8n + 8 (m / 2) .., columns 16kk + 8 (m % 2) ..: registers 0 and 1 are the two column halves "
+              "of key block n, registers 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address, "
+              "each key block takes half its columns from the other block's keys.")
+# The A fragments' order, and the .trans B fragments' (V in P V, B of a row-major matmul), as an
+# ldmatrix_x4 gives them; a lane address with the two halves swapped trades registers 1 and 2.
+_A_ORDER = ("the A fragment of rows r0 .. r0 + 15, columns 16kk .. 16kk + 15 is {rows 0-7, rows 8-15} of columns "
+            "0-7, then of columns 8-15: lane l gives the address of row r0 + l % 16, column 16kk + 8 (l / 16). "
+            "With the row half taken from l / 16 and the column half from l / 8 % 2, registers 1 and 2 trade places")
+_TRANS_B_ORDER = ("the .trans load of rows 16kk .. 16kk + 15, columns 8n .. 8n + 15 takes its matrix m = lane / 8 "
+                  "from rows 16kk + 8 (m % 2) .., columns 8n + 8 (m / 2) ..: registers 0 and 1 are the two row halves "
+                  "of column block n, 2 and 3 those of block n + 1. With m % 2 and m / 2 swapped in the address")
+Q_MATRICES = ("Q's four ldmatrix matrices in the wrong order",
+              _A_ORDER + ": each query's scores use half of another query's Q.")
+V_MATRICES = ("V's four ldmatrix matrices in the wrong order",
+              "for P V, V's rows are keys. " + _TRANS_B_ORDER + ", half of each output column is summed over another "
+              "column's values.")
+A_MATRICES = ("A's four ldmatrix matrices in the wrong order",
+              _A_ORDER + ": each row of C takes half its products from another row of A.")
+B_MATRICES = ("B's four ldmatrix matrices in the wrong order",
+              "B's rows are k. " + _TRANS_B_ORDER + ", half of each column of C sums another column's products.")
+
+
+def c_rows_paired(x):
+    """Rows of ``x`` [..., rows, cols] moved as by a store that puts accumulator float i of lane
+    (g, t) in row 2g + i / 2 instead of g + 8 (i / 2): in each 16-row tile, row g + 8h lands in
+    row 2g + h. Rows computed from padding (past the end) land in real rows too."""
+    rows = x.shape[-2]
+    y = pad_to(x, -2, WARP_ROWS)
+    shape = y.shape
+    y = y.reshape(*shape[:-2], shape[-2] // WARP_ROWS, 2, 8, shape[-1])  # row = 16a + 8h + g
+    return y.swapaxes(-3, -2).reshape(shape)[..., :rows, :]  # row = 16a + 2g + h
+
+
+C_ROWS = ("C fragment stored to the wrong rows",
+          "accumulator float i of lane (g = lane / 4, t = lane % 4) is row g + 8 * (i / 2), column 2t + i % 2: "
+          "c[0], c[1] belong to row g and c[2], c[3] to row g + 8, not to rows 2g and 2g + 1.")
+C_ROWS_SWAPPED = (C_ROWS[0], "accumulator float i of lane (g = lane / 4, t = lane % 4) is row g + 8 * (i / 2): c[0], "
+                  "c[1] belong to row g and c[2], c[3] to row g + 8, not the other way round.")
+
+def matmul_ref(p, x):
+    return dict(C=ref.matmul(x["A"], x["B"]))
+
+
+def _first_k_tile(depth):
+    return Mistake("only the first tile along K", f"loop over all ceil_div(K, {depth}) steps along K, not just the first.",
+                   lambda p, x: dict(C=ref.matmul(x["A"][:, :depth], x["B"][:depth])) if p.K > depth else None)
+
+
+def k_step_mistakes(depth):
+    """What a loop over K steps of ``depth`` gets wrong: only the first step, only the last one (the
+    accumulators zeroed inside the loop), or only the first 16-deep mma slice of each step."""
+    def slices(p, x, keep_k):
+        k = np.arange(p.K)
+        return dict(C=ref.matmul(x["A"][:, keep_k(k)], x["B"][keep_k(k)]))
+
+    def last(k):
+        return (k - 1) // depth * depth
+
+    mistakes = [
+        _first_k_tile(depth),
+        Mistake("only the last tile along K",
+                "the accumulators must live across the whole loop over K: declare and zero them once before it "
+                "(zeroed inside, each step wipes the sum of the steps before it).",
+                lambda p, x: slices(p, x, lambda k: k >= last(p.K)) if p.K > depth else None),
+    ]
+    if depth > 16:
+        mistakes.append(Mistake(
+            "only the first mma slice of each K step",
+            f"a step of {depth} along K takes {depth // 16} mma of k = 16: loop kk over 0..{depth // 16 - 1}, "
+            "advancing the A and B fragments' k by 16 each time.",
+            lambda p, x: slices(p, x, lambda k: k % depth < 16) if p.K > 16 else None))
+    return mistakes
+
+
+def operands_crossed():
+    """A's and B's fragments loaded with crossed ldmatrix matrices (:func:`matrices_crossed`, rows and
+    columns zero-filled past the edges as the tiles are)."""
+    return [Mistake(*A_MATRICES, lambda p, x: dict(C=ref.matmul(matrices_crossed(as_f64(x["A"])), x["B"]))),
+            Mistake(*B_MATRICES, lambda p, x: dict(C=ref.matmul(x["A"], matrices_crossed(as_f64(x["B"])))))]
+
+
+def c_rows_halves_swapped(x):
+    """Rows as stored by a lane that writes c[0], c[1] to row g + 8 and c[2], c[3] to row g: in each
+    16-row tile the two halves of 8 rows trade places."""
+    rows = x.shape[-2]
+    y = pad_to(x, -2, WARP_ROWS)
+    shape = y.shape
+    y = y.reshape(*shape[:-2], shape[-2] // WARP_ROWS, 2, 8, shape[-1])[..., ::-1, :, :]
+    return y.reshape(shape)[..., :rows, :]
+
+
+def half_accumulation(p, x):
+    """The accumulator rounded to half after every mma (k = 16 products summed exactly, then to
+    float, as the tensor core does, then to half)."""
+    a, b = as_f64(x["A"]), as_f64(x["B"])
+    acc = np.zeros((p.M, p.N))
+    for k in range(0, p.K, 16):
+        acc = (acc + a[:, k:k + 16] @ b[k:k + 16]).astype(F32).astype(F16).astype(np.float64)
+    return dict(C=acc)
