@@ -1,6 +1,6 @@
 """Hopper's primitives on a real GPU (sm_90a), from the same sources and inputs the emulator tests run.
 
-Every case of tests/emulator/kernels/hopper/cases.py: wgmma m64nNk16 for every N (8..256), f16 and
+Every case of tests/emulator/kernels/hopper/hopper_cases.py: wgmma m64nNk16 for every N (8..256), f16 and
 bf16, A from shared memory (K- and M-major, each swizzle) or registers, B in each layout, a
 4-warpgroup matmul, and the mbarrier kernels (phases, a producer/consumer ring, a try_wait whose
 time limit passes). Each runs through grader.RawKernel with -arch=sm_90a and must give bit for bit
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "emulator" / "kernels" / "hopper"))
 import grader  # noqa: E402
-from cases import cases  # noqa: E402
+from hopper_cases import cases, run_tma, tma_cases  # noqa: E402
 
 
 def main() -> int:
@@ -57,6 +57,13 @@ def main() -> int:
         rows.append(row)
         extra = f"  {row['best_of_5_s']:.3f} s" if "best_of_5_s" in row else ""
         print(f"{case.id:40s} {'bit-identical' if same else 'DIFFERS'}{extra}", flush=True)
+    for case, maps in tma_cases():
+        kernel = grader.RawKernel(case.source, case.kernel, options=("-arch=sm_90a",), backend=backend)
+        wrong = run_tma(case, maps, lambda args: kernel(case.grid, case.block, tuple(args), shared_mem=case.shared_mem),
+                        grader.to_device, grader.to_host)
+        failed += bool(wrong)
+        rows.append({"case": case.id, "bit_identical": not wrong})
+        print(f"{case.id:40s} {'bit-identical' if not wrong else 'DIFFERS: ' + ', '.join(wrong)}", flush=True)
     device = "CPU emulator"
     if not a.emulator:
         import cupy

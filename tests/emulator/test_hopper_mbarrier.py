@@ -12,7 +12,7 @@ from emulator_helpers import KERNELS, assert_healthy, kernel
 from grader.errors import BarrierError, KernelFault
 
 sys.path.insert(0, str(KERNELS / "hopper"))
-import cases  # noqa: E402
+import hopper_cases as cases  # noqa: E402
 
 
 CASES = {c.id: c for c in cases.mbarrier_cases()}

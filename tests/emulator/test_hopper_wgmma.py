@@ -14,7 +14,7 @@ from grader.emulator import _toolchain
 from grader.errors import BarrierError, KernelFault
 
 sys.path.insert(0, str(KERNELS / "hopper"))
-import cases  # noqa: E402
+import hopper_cases as cases  # noqa: E402
 
 needs_clang = pytest.mark.skipif(_toolchain.clang() is None, reason="the traced build needs clang-16 (apt-get install clang-16)")
 
@@ -121,7 +121,7 @@ def test_a_warp_that_returned_early():
     # A warp that returned before the others arrive is named at once.
     e = fails(KernelFault, build(before="if (t < 32) return; wgmma_fence();"))
     assert ("wgmma_m64n8k16_f16_ss: threads (0,0,0)..(31,0,0) [32 threads] of warpgroup 0 have already returned, so "
-            "they never join this wgmma: all 128 threads of the warpgroup must execute it") in str(e)
+            "they never join this wgmma_m64n8k16_f16_ss: all 128 threads of the warpgroup must execute it") in str(e)
 
 
 def test_a_warp_that_waits_elsewhere():
@@ -135,8 +135,8 @@ def test_a_warp_that_waits_elsewhere():
 
 def test_a_block_smaller_than_a_warpgroup():
     e = fails(KernelFault, build(), threads=96)
-    assert ("thread (0,0,0) is in warpgroup 0 (threads 0..127), but the block has 96 threads: a wgmma needs all 128 "
-            "threads of 4 consecutive warps, the first a multiple of 4") in str(e)
+    assert ("thread (0,0,0) is in warpgroup 0 (threads 0..127), but the block has 96 threads: wgmma_m64n8k16_f16_ss "
+            "needs all 128 threads of 4 consecutive warps, the first a multiple of 4") in str(e)
 
 
 def test_accumulators_written_while_in_flight():

@@ -137,4 +137,16 @@ void emu_wgmma(const emu_wgmma_op* op, int line);
 void emu_wgmma_fence(int line);
 void emu_wgmma_commit(int line);
 void emu_wgmma_wait(int pending, int line);
+// setmaxnreg.inc (inc = 1) or .dec to `regs` registers: a warpgroup instruction.
+void emu_setmaxnreg(int regs, int inc, int line);
+
+// TMA (cp.async.bulk.tensor, tile mode) through a tensor map made by grader.TensorMap. A load reads
+// its box at issue (zeros out of bounds), counts its bytes down the mbarrier at once and lands
+// them in shared memory when the barrier's phase completes; until then they hold 0xFF bytes. A
+// store reads shared memory at issue and writes global memory at the bulk wait_group that retires
+// its group (or when the thread returns).
+void emu_tma_load(void* dst, const void* map, const int* coords, int rank, void* bar, int line);
+void emu_tma_store(const void* map, const int* coords, int rank, const void* src, int line);
+void emu_bulk_commit(int line);
+void emu_bulk_wait(int pending, int line);
 }

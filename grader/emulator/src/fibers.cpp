@@ -6,6 +6,7 @@ namespace launcher {
 void fiber_body(Worker* w, Fiber* f) {
     g_launch.entry(g_launch.argv);
     async_thread_done(w, f);
+    hopper_thread_done(w, f);
     f->state = kDone;
     w->live--;
 }

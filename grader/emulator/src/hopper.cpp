@@ -33,6 +33,13 @@
 
 namespace launcher {
 
+struct Landing {  // a TMA load's bytes, in flight until they count, then waiting for the phase
+    unsigned char* dst;
+    std::vector<unsigned char> data;
+    int line;
+    bool counted;  // its bytes have counted down the barrier's transaction count
+};
+
 struct MBarrier {
     uintptr_t addr;
     int count;  // arrivals per phase
@@ -43,6 +50,7 @@ struct MBarrier {
     int init_line, last_arrive_line, last_expect_line;
     std::vector<uint32_t> known;  // race mode: the arrivals' vector clocks, joined
     std::vector<uint32_t> released;  // race mode: what the last completed phase passes on
+    std::vector<Landing> landings;
 };
 
 struct Accumulator {  // one wgmma's results for one thread, in flight
@@ -61,6 +69,12 @@ struct Returned {  // accumulators a wait wrote back, as it wrote them
     float v[128];
 };
 
+struct BulkStore {  // a TMA store's in-bounds elements, written at the wait that retires its group
+    uint64_t group;
+    unsigned elem;
+    std::vector<std::pair<unsigned char*, uint64_t>> values;
+};
+
 struct HopperThread {
     bool fenced_ever = false, fenced_since_wait = false;
     int fence_line = 0, wait_line = 0;
@@ -68,12 +82,15 @@ struct HopperThread {
     std::vector<Accumulator> inflight;
     std::vector<Returned> returned;
     uint32_t proxy_fences = 0;  // fence.proxy.async executed
+    uint64_t bulk_committed = 0;  // cp.async.bulk groups closed
+    std::vector<BulkStore> stores;
 };
 
 struct HopperBlock {
     std::vector<MBarrier> bars;
     std::vector<HopperThread> threads;
     int inflight = 0;  // accumulators in flight in the block (the traced build checks accesses)
+    int landings = 0;  // TMA loads not landed yet
     uint64_t events = 0;  // mbarrier arrivals and completions
     uint64_t stall_sig = 0;  // the block's state when the sleepers last timed out
     bool stalled_once = false;
@@ -121,6 +138,7 @@ void hopper_block_begin(Worker* w) {
     h.bars.clear();
     h.threads.assign(size_t(w->threads), HopperThread{});
     h.inflight = 0;
+    h.landings = 0;
     h.events = 0;
     h.stalled_once = false;
     h.wg_arrived.assign(size_t((w->threads + 127) / 128), 0);
@@ -159,7 +177,23 @@ static MBarrier& bar_at(const char* what, void* p, int line) {
                     "then fence_mbarrier_init() and a __syncthreads(), before any thread uses it", what, p);
 }
 
+static void land(Worker* w, const Landing& l) {
+    memcpy(l.dst, l.data.data(), l.data.size());
+    t_hop.landings--;
+    if (t_io) t_io->s_write += l.data.size();
+    unsigned win;
+    HopperBlock& h = t_hop;
+    if (!h.writer.empty() && window_of(w, uintptr_t(l.dst), unsigned(l.data.size()), &win))
+        std::fill_n(h.writer.begin() + ptrdiff_t(win / 4), l.data.size() / 4, uint16_t(0));  // written by the async proxy
+}
+
 static void phase_complete(Worker* w, MBarrier& b) {
+    // Bytes still in flight count towards the next phase, as on a GPU.
+    std::vector<Landing> later;
+    for (Landing& l : b.landings)
+        if (l.counted) land(w, l);
+        else later.push_back(std::move(l));
+    b.landings = std::move(later);
     b.phase++;
     b.pending = b.count;
     b.tx = b.tx_expected = b.tx_landed = 0;
@@ -197,11 +231,22 @@ static void race_acquire(Worker* w, const MBarrier& b, const Fiber* f) {
 }
 
 // Bytes landed on barrier b (a TMA load's complete_tx).
-[[maybe_unused]] static void complete_tx(Worker* w, MBarrier& b, unsigned bytes) {
+static void complete_tx(Worker* w, MBarrier& b, unsigned bytes) {
     b.tx -= bytes;
     b.tx_landed += bytes;
     t_hop.events++;
     if (b.pending == 0 && b.tx == 0) phase_complete(w, b);
+}
+
+// A TMA load's bytes arrive as late as a GPU may let them: when a thread waits on their barrier,
+// or when no thread of the block can run otherwise.
+static void arrive_bytes(Worker* w, MBarrier& b) {
+    for (size_t k = 0; k < b.landings.size(); ++k)
+        if (!b.landings[k].counted) {
+            b.landings[k].counted = true;
+            complete_tx(w, b, unsigned(b.landings[k].data.size()));  // may land (and drop) the counted ones
+            k = size_t(-1);  // the list changed: look again
+        }
 }
 
 static const char* parity_story(const MBarrier& b, unsigned parity) {
@@ -286,6 +331,13 @@ bool hopper_stalled(Worker* w) {
         sleeping |= f.state == kWaitMbar;
         sig = (sig ^ (uint64_t(f.state) << 32 | uint32_t(f.line))) * 1099511628211ull;
     }
+    bool flying = false;
+    for (MBarrier& b : h.bars)
+        for (const Landing& l : b.landings) flying |= !l.counted;
+    if (flying) {  // progress: the copies' bytes arrive
+        for (size_t i = 0; i < h.bars.size(); ++i) arrive_bytes(w, h.bars[i]);
+        return true;
+    }
     if (!sleeping || (h.stalled_once && sig == h.stall_sig)) return false;
     h.stalled_once = true;
     h.stall_sig = sig;
@@ -353,6 +405,16 @@ static unsigned unit_address(const Desc& d, bool mn_major, int mn, int k) {
     finish_report();
 }
 
+// The async proxy reads 16 bytes at window address win: each word written by an ordinary store
+// needs a fence.proxy.async by its writer since (traced build, which sees the stores).
+static void check_async_read(Worker* w, const char* what, int line, unsigned win, const char* operand) {
+    HopperBlock& h = t_hop;
+    if (h.writer.empty()) return;
+    for (size_t word = win / 4; word < win / 4 + 4 && word < h.writer.size(); ++word)
+        if (h.writer[word] && h.threads[h.writer[word] - 1].proxy_fences == h.writer_fences[word])
+            report_unfenced(w, what, line, word, operand);
+}
+
 // Check and read one 16-byte unit of an operand.
 static const unsigned char* read_unit(Worker* w, const char* what, int line, const char* operand, unsigned win,
                                       uintptr_t ret) {
@@ -362,11 +424,7 @@ static const unsigned char* read_unit(Worker* w, const char* what, int line, con
                         "(%zu bytes of static __shared__ at 0, dynamic shared memory from %zu): its start address, "
                         "leading or stride byte offset does not describe the tile", what, operand, win,
                         size_t(w->tls_len), t_hop.window_static);
-    HopperBlock& h = t_hop;
-    if (!h.writer.empty())
-        for (size_t word = win / 4; word < win / 4 + 4; ++word)
-            if (h.writer[word] && h.threads[h.writer[word] - 1].proxy_fences == h.writer_fences[word])
-                report_unfenced(w, what, line, word, operand);
+    check_async_read(w, what, line, win, operand);
     if (w->async_inflight) async_access(w, uintptr_t(p), 16, false, ret);
     if (t_io) t_io->s_read += 16;
     if (t_race) race_access(uintptr_t(p), 16, kAccRead, ret);
@@ -397,16 +455,54 @@ static void check_issue(Worker* w, const Fiber* f, const emu_wgmma_op* op, int l
                             "accesses", op->what, thread_name(w, int(f->linear)).c_str(), r.wait_line);
 }
 
+// A warpgroup instruction (.sync.aligned over 4 warps): every one of the 128 threads arrives with
+// `in`; true for the last to arrive, which completes it for all, checking first that all met at
+// one call. The others sleep until then.
+static bool warpgroup_meet(Worker* w, Fiber* f, const char* what, const void* in, int line) {
+    const int base = int(f->linear) & ~127;
+    if (base + 128 > w->threads)
+        emu_usage_error(line, "%s: thread %s is in warpgroup %d (threads %d..%d), but the block has %d threads: %s "
+                        "needs all 128 threads of 4 consecutive warps, the first a multiple of 4 (blocks of a multiple "
+                        "of 128 threads)", what, thread_name(w, int(f->linear)).c_str(), base / 128, base, base + 127,
+                        w->threads, what);
+    std::vector<int> done;
+    for (int i = base; i < base + 128; ++i)
+        if (w->fibers[i].state == kDone) done.push_back(i);
+    if (!done.empty())
+        emu_usage_error(line, "%s: threads %s of warpgroup %d have already returned, so they never join this %s: all "
+                        "128 threads of the warpgroup must execute it (do not return early; guard loads and stores, "
+                        "not the %s)", what, thread_ranges(w, done).c_str(), base / 128, what, what);
+    f->xin = in;
+    f->xwhat = what;
+    f->line = line;
+    f->state = kWaitGroup;
+    if (++t_hop.wg_arrived[size_t(base / 128)] < 128) {
+        fiber_yield(w);
+        return false;
+    }
+    t_hop.wg_arrived[size_t(base / 128)] = 0;
+    for (int i = 0; i < 128; ++i) {
+        const Fiber& o = w->fibers[base + i];
+        if (o.line != w->fibers[base].line || strcmp(o.xwhat, w->fibers[base].xwhat) != 0)
+            emu_usage_error(line, "threads of warpgroup %d meet at different calls: thread %s at %s on line %d, thread "
+                            "%s at %s on line %d; all 128 threads must execute the same warpgroup instruction together",
+                            base / 128, thread_name(w, base).c_str(), w->fibers[base].xwhat, w->fibers[base].line,
+                            thread_name(w, base + i).c_str(), o.xwhat, o.line);
+    }
+    return true;
+}
+
+// The warpgroup goes on, as after a barrier, in schedule order.
+static void warpgroup_release(Worker* w, int base) {
+    for (int i = base; i < base + 128; ++i) w->fibers[i].state = kReady;
+    fiber_yield(w);
+}
+
 static void warpgroup_complete(Worker* w, int base, int line, uintptr_t ret) {
     const emu_wgmma_op* op0 = static_cast<const emu_wgmma_op*>(w->fibers[base].xin);
     for (int i = 0; i < 128; ++i) {
         const Fiber& o = w->fibers[base + i];
         const emu_wgmma_op* op = static_cast<const emu_wgmma_op*>(o.xin);
-        if (o.line != w->fibers[base].line || strcmp(op->what, op0->what) != 0)
-            emu_usage_error(line, "threads of warpgroup %d meet at different wgmma calls: thread %s at %s on line %d, "
-                            "thread %s at %s on line %d; all 128 threads must execute the same wgmma together",
-                            base / 128, thread_name(w, base).c_str(), op0->what, w->fibers[base].line,
-                            thread_name(w, base + i).c_str(), op->what, o.line);
         if ((!op->rs && op->desc_a != op0->desc_a) || op->desc_b != op0->desc_b || op->scale_d != op0->scale_d)
             emu_usage_error(line, "%s: thread %s passes %s 0x%016llx, thread %s 0x%016llx: the descriptors and scale_d "
                             "must be the same in every thread of the warpgroup (one matrix multiply reads them once)",
@@ -479,9 +575,7 @@ static void warpgroup_complete(Worker* w, int base, int line, uintptr_t ret) {
         acc->line = o.line;
         acc->a = op->rs ? op->a : nullptr;
         std::fill_n(reinterpret_cast<uint32_t*>(op->d), n / 2, kPoison);
-        o.state = kReady;
     }
-    h.wg_arrived[size_t(base / 128)] = 0;
 }
 
 }  // namespace launcher
@@ -562,6 +656,7 @@ int emu_mbarrier_try_wait_parity(void* bar, unsigned parity, int line) {
     MBarrier& b = bar_at("mbarrier_try_wait_parity", bar, line);
     if (parity > 1)
         emu_usage_error(line, "mbarrier_try_wait_parity(bar, %u): the parity is 0 or 1 (phase k has parity k %% 2)", parity);
+    arrive_bytes(w, b);
     if ((b.phase & 1) != parity) {
         race_acquire(w, b, f);
         return 1;
@@ -625,35 +720,191 @@ void emu_wgmma(const emu_wgmma_op* op, int line) {
     const uintptr_t ret = uintptr_t(__builtin_return_address(0));
     Worker* w = t_worker;
     Fiber* f = cur_fiber();
+    if (int(f->linear & ~127u) + 128 <= w->threads) check_issue(w, f, op, line);
+    if (!warpgroup_meet(w, f, op->what, op, line)) return;
     const int base = int(f->linear) & ~127;
-    if (base + 128 > w->threads)
-        emu_usage_error(line, "%s: thread %s is in warpgroup %d (threads %d..%d), but the block has %d threads: a wgmma "
-                        "needs all 128 threads of 4 consecutive warps, the first a multiple of 4 (blocks of a multiple "
-                        "of 128 threads)", op->what, thread_name(w, int(f->linear)).c_str(), base / 128, base, base + 127,
-                        w->threads);
-    check_issue(w, f, op, line);
-    std::vector<int> done;
-    for (int i = base; i < base + 128; ++i)
-        if (w->fibers[i].state == kDone) done.push_back(i);
-    if (!done.empty())
-        emu_usage_error(line, "%s: threads %s of warpgroup %d have already returned, so they never join this wgmma: all "
-                        "128 threads of the warpgroup must execute it (do not return early; guard loads and stores, "
-                        "not the wgmma)", op->what, thread_ranges(w, done).c_str(), base / 128);
-    f->xin = op;
-    f->xwhat = op->what;
-    f->line = line;
-    f->state = kWaitGroup;
-    if (++t_hop.wg_arrived[size_t(base / 128)] < 128) {
-        fiber_yield(w);
-        return;
-    }
     warpgroup_complete(w, base, line, ret);
-    fiber_yield(w);  // as at a barrier: the warpgroup goes on in schedule order
+    warpgroup_release(w, base);
+}
+
+// setmaxnreg: the value is a template argument, so its range is checked at compile time (both
+// backends); here, that the whole warpgroup executes it together, with one value.
+void emu_setmaxnreg(int regs, int inc, int line) {
+    Worker* w = t_worker;
+    Fiber* f = cur_fiber();
+    const char* what = inc ? "setmaxnreg_inc" : "setmaxnreg_dec";
+    const int mine = inc ? regs : -regs;  // the thread's request, on its stack while it waits
+    if (!warpgroup_meet(w, f, what, &mine, line)) return;
+    const int base = int(f->linear) & ~127;
+    const int first = *static_cast<const int*>(w->fibers[base].xin);
+    for (int i = 0; i < 128; ++i) {
+        const int other = *static_cast<const int*>(w->fibers[base + i].xin);
+        if (other != first)
+            emu_usage_error(line, "%s: thread %s asks for %d registers, thread %s for %d: every thread of warpgroup %d "
+                            "must execute the same setmaxnreg (.sync.aligned)", what, thread_name(w, base).c_str(),
+                            std::abs(first), thread_name(w, base + i).c_str(), std::abs(other), base / 128);
+    }
+    warpgroup_release(w, base);
 }
 
 }  // extern "C"
 
 namespace launcher {
+
+// ----------------------------------------------------------------------------- TMA
+
+// grader.TensorMap's emulator layout (grader/tensor_map.py): the array is argument `arg`.
+struct TmaMap {
+    uint32_t magic, rank, elem, swizzle, arg, pad;
+    uint64_t dims[5], strides[5];
+    uint32_t box[5];
+};
+static_assert(sizeof(TmaMap) <= 128);
+constexpr uint32_t kTmaMagic = 0x50414D54;
+
+static const TmaMap& map_at(const char* what, const void* map, int rank, int line) {
+    const Launch& L = g_launch;
+    if (!emu_in_global(map, 128))
+        emu_usage_error(line, "%s: the tensor map %p is not 128 bytes of an array argument: pass a grader.TensorMap "
+                        "as the kernel's `const CUtensorMap*` argument", what, map);
+    const TmaMap& m = *static_cast<const TmaMap*>(map);
+    if (m.magic != kTmaMagic || m.arg >= unsigned(L.nargs))
+        emu_usage_error(line, "%s: %p holds no tensor map made by grader.TensorMap (its 128 bytes describe no array of "
+                        "the launch)", what, map);
+    if (int(m.rank) != rank)
+        emu_usage_error(line, "%s: the tensor map has %u dimensions, this copy gives %d coordinates", what, m.rank, rank);
+    return m;
+}
+
+// Each element of the box: its byte in shared memory (swizzled as the map says, on the shared-window
+// address) and its global address (null out of bounds).
+template <class F>
+static void for_box(const Worker* w, const TmaMap& m, const int* coords, unsigned smem_win, F f) {
+    const Launch& L = g_launch;
+    uint64_t total = 1;
+    for (uint32_t d = 0; d < m.rank; ++d) total *= m.box[d];
+    const unsigned bits = m.swizzle == 128 ? 7u : m.swizzle == 64 ? 3u : m.swizzle == 32 ? 1u : 0u;
+    unsigned char* base = reinterpret_cast<unsigned char*>(L.arg_lo[m.arg]);
+    for (uint64_t e = 0; e < total; ++e) {
+        uint64_t rest = e, offset = 0;
+        bool inside = true;
+        for (uint32_t d = 0; d < m.rank; ++d) {
+            const int64_t g = int64_t(coords[d]) + int64_t(rest % m.box[d]);
+            rest /= m.box[d];
+            inside &= g >= 0 && uint64_t(g) < m.dims[d];
+            offset += uint64_t(g) * m.strides[d];
+        }
+        const unsigned a = smem_win + unsigned(e * m.elem);
+        f(a ^ ((a >> 7 & bits) << 4), inside ? base + offset : nullptr);
+    }
+    (void)w;
+}
+
+static unsigned box_bytes(const TmaMap& m) {
+    unsigned n = m.elem;
+    for (uint32_t d = 0; d < m.rank; ++d) n *= m.box[d];
+    return n;
+}
+
+static unsigned tma_smem(const Worker* w, const char* what, const void* p, unsigned bytes, int line) {
+    unsigned win;
+    if (!window_of(w, uintptr_t(p), bytes, &win))
+        emu_usage_error(line, "%s: the box (%u bytes from %p) is not all in shared memory%s", what, bytes, p,
+                        emu_in_global(p, 1) ? " (it points into an array argument)" : "");
+    if (win % 128)
+        emu_usage_error(line, "%s: shared address %u is not a multiple of 128 bytes, as a bulk tensor copy needs (and a "
+                        "swizzled box's pattern repeats every 8 rows: 1024 bytes for the 128-byte swizzle)", what, win);
+    return win;
+}
+
+}  // namespace launcher
+
+extern "C" {
+
+using namespace launcher;
+
+void emu_tma_load(void* dst, const void* map, const int* coords, int rank, void* bar, int line) {
+    static const char* names[] = {"", "tma_load_1d", "tma_load_2d", "tma_load_3d", "tma_load_4d", "tma_load_5d"};
+    Worker* w = t_worker;
+    const TmaMap& m = map_at(names[rank], map, rank, line);
+    MBarrier& b = bar_at(names[rank], bar, line);
+    const unsigned bytes = box_bytes(m), win = tma_smem(w, names[rank], dst, bytes, line);
+    Landing l{static_cast<unsigned char*>(dst), std::vector<unsigned char>(bytes, 0), line, false};
+    uint64_t read = 0;
+    for_box(w, m, coords, win, [&](unsigned a, const unsigned char* g) {
+        if (g) memcpy(&l.data[a - win], g, m.elem), read += m.elem;
+    });
+    if (t_io) t_io->g_read[m.arg] += read;
+    memset(dst, 0xff, bytes);
+    b.landings.push_back(std::move(l));
+    t_hop.landings++;
+}
+
+void emu_tma_store(const void* map, const int* coords, int rank, const void* src, int line) {
+    static const char* names[] = {"", "tma_store_1d", "tma_store_2d", "tma_store_3d", "tma_store_4d", "tma_store_5d"};
+    Worker* w = t_worker;
+    Fiber* f = cur_fiber();
+    const TmaMap& m = map_at(names[rank], map, rank, line);
+    const unsigned bytes = box_bytes(m), win = tma_smem(w, names[rank], src, bytes, line);
+    for (unsigned u = win; u < win + bytes; u += 16) check_async_read(w, names[rank], line, u, "source");
+    HopperThread& t = t_hop.threads[f->linear];
+    BulkStore st{t.bulk_committed, m.elem, {}};
+    const unsigned char* s = static_cast<const unsigned char*>(src);
+    for_box(w, m, coords, win, [&](unsigned a, unsigned char* g) {
+        if (!g) return;
+        uint64_t v = 0;
+        memcpy(&v, s + (a - win), m.elem);
+        st.values.push_back({g, v});
+    });
+    if (t_io) t_io->s_read += bytes, t_io->g_write[m.arg] += st.values.size() * m.elem;
+    t.stores.push_back(std::move(st));
+}
+
+void emu_bulk_commit(int) { t_hop.threads[cur_fiber()->linear].bulk_committed++; }
+
+void emu_bulk_wait(int pending, int line) {
+    if (pending < 0 || pending > 63)
+        emu_usage_error(line, "cp_async_bulk_wait_group<%d>: N, the groups left pending, is 0..63", pending);
+    HopperThread& t = t_hop.threads[cur_fiber()->linear];
+    const uint64_t limit = t.bulk_committed > uint64_t(pending) ? t.bulk_committed - uint64_t(pending) : 0;
+    size_t keep = 0;
+    for (BulkStore& st : t.stores) {
+        if (st.group >= limit) {
+            t.stores[keep++] = std::move(st);
+            continue;
+        }
+        for (auto& [g, v] : st.values) memcpy(g, &v, st.elem);
+    }
+    t.stores.resize(keep);
+}
+
+}  // extern "C"
+
+namespace launcher {
+
+void hopper_thread_done(Worker*, Fiber* f) {
+    if (t_hop.threads.size() <= f->linear) return;
+    HopperThread& t = t_hop.threads[f->linear];
+    // A GPU completes a returned thread's bulk stores too.
+    for (BulkStore& st : t.stores)
+        for (auto& [g, v] : st.values) memcpy(g, &v, st.elem);
+    t.stores.clear();
+}
+
+// A traced access (its hook's return address `ret`) that a Hopper rule forbids: Python names its line.
+[[noreturn]] static void report_access(uintptr_t ret, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+[[noreturn]] static void report_access(uintptr_t ret, const char* fmt, ...) {
+    claim_report();
+    fill_location(g_err);
+    g_err->kind = kUsage;
+    g_err->line = -1;
+    g_err->pc = ret - 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err->text, sizeof g_err->text, fmt, ap);
+    va_end(ap);
+    finish_report();
+}
 
 void hopper_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret) {
     HopperBlock& h = t_hop;
@@ -665,20 +916,22 @@ void hopper_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t 
             const bool in_d = a < uintptr_t(acc.d + acc.n / 2) && a + size > uintptr_t(acc.d);
             const bool in_a = store && acc.a && a < uintptr_t(acc.a + 4) && a + size > uintptr_t(acc.a);
             if (!in_d && !in_a) continue;
-            claim_report();
-            fill_location(g_err);
-            g_err->kind = kUsage;
-            g_err->line = -1;
-            g_err->pc = ret - 1;
-            snprintf(g_err->text, sizeof g_err->text,
-                     "%s of %s still in flight from the wgmma on line %d: a wgmma's accumulators belong to the tensor "
-                     "cores from the wgmma until the wgmma_wait_group that retires its group (wgmma_commit_group() "
-                     "closes a group; wgmma_wait_group<N>() waits until at most N groups are pending)%s",
-                     store ? "write" : "read", in_d ? "wgmma accumulator registers" : "the A registers of a wgmma",
-                     acc.line, in_d ? "" : "; the A fragment must stay unchanged until then too");
-            finish_report();
+            report_access(ret, "%s of %s still in flight from the wgmma on line %d: a wgmma's accumulators belong to "
+                          "the tensor cores from the wgmma until the wgmma_wait_group that retires its group "
+                          "(wgmma_commit_group() closes a group; wgmma_wait_group<N>() waits until at most N groups "
+                          "are pending)%s", store ? "write" : "read",
+                          in_d ? "wgmma accumulator registers" : "the A registers of a wgmma", acc.line,
+                          in_d ? "" : "; the A fragment must stay unchanged until then too");
         }
     }
+    if (h.landings)
+        for (const MBarrier& b : h.bars)
+            for (const Landing& l : b.landings)
+                if (a < uintptr_t(l.dst) + l.data.size() && a + size > uintptr_t(l.dst))
+                    report_access(ret, "%s of shared memory that the TMA load on line %d has not written yet: its "
+                                  "bytes land when phase %llu of %s completes; wait for it first (while "
+                                  "(!mbarrier_try_wait_parity(bar, %llu)) {})", store ? "write" : "read", l.line,
+                                  (unsigned long long)b.phase, bar_name(w, b).c_str(), (unsigned long long)(b.phase & 1));
     if (!store) return;
     unsigned win;
     if (!window_of(w, a, size, &win)) return;

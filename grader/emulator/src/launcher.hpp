@@ -197,14 +197,7 @@ struct Worker {
     size_t tls_words = 0, dyn_words = 0;
     // async.cpp: copies in flight in this block (the traced build checks accesses against them)
     int async_inflight = 0;
-    // hopper.cpp: mbarrier, wgmma, fence.proxy.async (see emu_abi.hpp)
-void hopper_block_begin(Worker* w);  // before a block's threads start
-bool hopper_stalled(Worker* w);  // no thread can run: true if mbarrier waits timed out (they run again)
-std::string hopper_waiting(const Fiber& f);  // where a thread in kWaitMbar or kWaitGroup waits
-std::string hopper_deadlock_notes(Worker* w);  // what the barriers and warpgroups wait for
-void hopper_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret);  // traced build
-
-// profile.cpp: the memory profiler's per-warp records (set while profiling)
+    // profile.cpp: the memory profiler's per-warp records (set while profiling)
     struct Profile* prof = nullptr;
 };
 
@@ -287,6 +280,7 @@ void async_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t r
 
 // hopper.cpp: mbarrier, wgmma, fence.proxy.async (see emu_abi.hpp)
 void hopper_block_begin(Worker* w);  // before a block's threads start
+void hopper_thread_done(Worker* w, Fiber* f);  // a thread returned: its TMA stores land
 bool hopper_stalled(Worker* w);  // no thread can run: true if mbarrier waits timed out (they run again)
 std::string hopper_waiting(const Fiber& f);  // where a thread in kWaitMbar or kWaitGroup waits
 std::string hopper_deadlock_notes(Worker* w);  // what the barriers and warpgroups wait for

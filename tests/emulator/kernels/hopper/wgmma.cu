@@ -80,7 +80,7 @@ __device__ unsigned char* tile_base() {
             C[(16 * w + g + 8 * (i / 2 % 2)) * N + 8 * (i / 4) + 2 * q + i % 2] = d[i];                    \
     }
 
-// The kernels: cases.py appends them.
+// The kernels: hopper_cases.py appends them.
 
 // C (M x 128) = A (M x 64) * B (64 x 128) by blocks of 4 warpgroups, each warpgroup 64 rows of C,
 // one m64n128k16 wgmma per k-step: B (row-major, so N-major) once per block with the 128-byte
