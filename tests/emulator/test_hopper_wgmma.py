@@ -58,6 +58,17 @@ def test_the_traced_build_agrees_and_finds_no_race():
         np.testing.assert_array_equal(c.args[2], c.expected[2])
 
 
+@needs_clang
+def test_io_counts_the_operands_wgmma_reads_from_shared_memory():
+    # The kernel stores A (64 x 64) and B (64 x 64) of 16-bit values into shared memory; the four
+    # k-steps' wgmmas read each of their bytes once; nothing else reads shared memory.
+    source = cases.wgmma_source()
+    c = cases.wgmma_case(64, "f16", "K128", "K128", source)
+    io = kernel(source, c.kernel).launch(c.grid, c.block, c.args, c.shared_mem, count_io=True).io
+    assert io.shared_written == io.shared_read == 2 * 64 * 64 * 2
+    assert io.per_array["A"] == (64 * 64 * 2, 0) and io.per_array["C"] == (0, 64 * 64 * 4)
+
+
 # ----------------------------------------------------------------------------- wrong usage
 
 # One warpgroup, a 64 x 16 A and a 16 x 8 B, both K-major without swizzle (core matrices of 128
