@@ -3,6 +3,9 @@
 // operands after it: SS (desc_a, desc_b, scale_d, trans_a, trans_b), RS (a[0..3], desc_b, scale_d, trans_b).
 #pragma once
 
+#define COURSE_WGMMA_NS(X) X(8) X(16) X(24) X(32) X(40) X(48) X(56) X(64) X(72) X(80) X(88) X(96) X(104) X(112) X(120) X(128) X(136) X(144) X(152) X(160) X(168) X(176) X(184) X(192) X(200) X(208) X(216) X(224) X(232) X(240) X(248) X(256)
+
+#ifndef __CUDA_EMULATOR__  // the emulator needs the list of N alone
 #define COURSE_WGMMA_R_8 "{%0, %1, %2, %3}"
 #define COURSE_WGMMA_D_8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define COURSE_WGMMA_SS_8 "%4, %5, p, 1, 1, %7, %8;"
@@ -195,4 +198,4 @@
 #define COURSE_WGMMA_SS_P_256 "%130"
 #define COURSE_WGMMA_RS_256 "{%128, %129, %130, %131}, %132, p, 1, 1, %134;"
 #define COURSE_WGMMA_RS_P_256 "%133"
-#define COURSE_WGMMA_NS(X) X(8) X(16) X(24) X(32) X(40) X(48) X(56) X(64) X(72) X(80) X(88) X(96) X(104) X(112) X(120) X(128) X(136) X(144) X(152) X(160) X(168) X(176) X(184) X(192) X(200) X(208) X(216) X(224) X(232) X(240) X(248) X(256)
+#endif
