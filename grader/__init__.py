@@ -31,6 +31,7 @@ from .kernel import RawKernel
 from .launch import ceil_div
 from .magic import load_ipython_extension, register_if_interactive
 from .nvrtc import compile_check
+from .tensor_map import TensorMap
 from .timing import gpu_time_ms
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "OutOfBoundsError",
     "RaceConditionError",
     "RawKernel",
+    "TensorMap",
     "ceil_div",
     "load_ipython_extension",
     "compile_check",

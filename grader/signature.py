@@ -46,6 +46,7 @@ C_TYPES = {
     "signed char": "int8",
     "int8_t": "int8",
     "unsigned char": "uint8",
+    "CUtensorMap": "uint8",  # a TMA tensor map: 128 bytes (grader.TensorMap)
     "uint8_t": "uint8",
     "bool": "bool",
 }

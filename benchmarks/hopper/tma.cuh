@@ -1,5 +1,6 @@
 // Hopper's tensor memory accelerator (TMA) and transaction barriers, as benchmarks/matmul_parts.py uses
-// them (sm_90a, GPU only: the course's emulator has neither). A tensor map (cuTensorMapEncodeTiled,
+// them (sm_90a, built with nvcc; the course header course_hopper.cuh has the same instructions for
+// both backends, these kernels predate it). A tensor map (cuTensorMapEncodeTiled,
 // made on the host) describes a 2-D array and the box one copy moves; one thread issues the copy
 // of a whole box, and the bytes arriving count down an mbarrier's transaction count, so waiting on
 // the barrier's phase is waiting for the data.

@@ -340,6 +340,10 @@ class EmulatedKernel:
         for i, p in enumerate(self.signature.params):
             if isinstance(args[i], np.ndarray):
                 per[p.name] = (numbers[2 + 2 * i], numbers[3 + 2 * i])
+        # After the parameters, the arrays of the tensor maps (grader.TensorMap), in their order.
+        maps = [p.name for p in self.signature.params if p.ctype == "CUtensorMap"]
+        for k, i in enumerate(range(len(self.signature.params), len(args))):
+            per[f"{maps[k]}'s tensor" if k < len(maps) else f"argument {i}"] = (numbers[2 + 2 * i], numbers[3 + 2 * i])
         return IOCounts(sum(r for r, _ in per.values()), sum(w for _, w in per.values()),
                         shared_read, shared_written, per)
 

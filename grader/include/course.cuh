@@ -69,3 +69,4 @@ __device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
 // The performance track's primitives, one spelling on the GPU (inline PTX) and the emulator.
 #include "course_tensor.cuh"  // mma.sync and ldmatrix
 #include "course_async.cuh"   // cp.async and its groups
+#include "course_hopper.cuh"  // mbarrier, wgmma, fence.proxy.async (sm_90a)

@@ -105,4 +105,48 @@ void emu_cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes
 void emu_cp_async_commit(int line);
 void emu_cp_async_wait(int pending, int line);
 void emu_cp_async_wait_all(int line);
+
+// Hopper (hopper.cpp). Shared-window addresses: what __cvta_generic_to_shared gives on a GPU, a
+// byte offset in the block's shared memory (static part first, the dynamic part after it at the
+// next multiple of 1024), so that an address keeps its position in every swizzle pattern.
+unsigned emu_smem_window(const void* p, int line);
+void* emu_smem_pointer(unsigned window, unsigned bytes, int line);
+
+// mbarrier: a phase counter, the arrivals still pending in the phase and its transaction bytes.
+// kind 0: arrive; 1: arrive.expect_tx (tx bytes, then an arrival); 2: expect_tx alone. Returns the
+// state token (the phase the arrival counted in). try_wait.parity: 1 once the phase of `parity`
+// has completed; it may wait (the thread is suspended) and returns 0 when its time limit passes.
+void emu_mbarrier_init(void* bar, unsigned count, int line);
+uint64_t emu_mbarrier_arrive(void* bar, unsigned tx, int kind, int line);
+int emu_mbarrier_try_wait_parity(void* bar, unsigned parity, int line);
+void emu_fence_proxy_async(int line);
+void emu_fence_mbarrier_init(int line);
+
+// wgmma.mma_async m64nNk16 (f16 or bf16 in, f32 accumulators), issued by every thread of a
+// warpgroup with its own operands; the launcher computes when the 128th arrives and keeps the
+// accumulators in flight until the wgmma_wait_group that retires their group.
+struct emu_wgmma_op {
+    const char* what;  // the header function's name
+    int n, bf16, trans_a, trans_b, rs;  // rs: A from registers (a), else through desc_a
+    float* d;  // N / 2 accumulators of this thread
+    const unsigned* a;  // rs: 4 registers of A's fragment
+    uint64_t desc_a, desc_b;
+    int scale_d;  // 0: D = A * B, else D = A * B + D
+};
+void emu_wgmma(const emu_wgmma_op* op, int line);
+void emu_wgmma_fence(int line);
+void emu_wgmma_commit(int line);
+void emu_wgmma_wait(int pending, int line);
+// setmaxnreg.inc (inc = 1) or .dec to `regs` registers: a warpgroup instruction.
+void emu_setmaxnreg(int regs, int inc, int line);
+
+// TMA (cp.async.bulk.tensor, tile mode) through a tensor map made by grader.TensorMap. A load reads
+// its box at issue (zeros out of bounds), counts its bytes down the mbarrier at once and lands
+// them in shared memory when the barrier's phase completes; until then they hold 0xFF bytes. A
+// store reads shared memory at issue and writes global memory at the bulk wait_group that retires
+// its group (or when the thread returns).
+void emu_tma_load(void* dst, const void* map, const int* coords, int rank, void* bar, int line);
+void emu_tma_store(const void* map, const int* coords, int rank, const void* src, int line);
+void emu_bulk_commit(int line);
+void emu_bulk_wait(int pending, int line);
 }

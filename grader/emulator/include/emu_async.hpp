@@ -70,8 +70,8 @@ EMU_ASYNC_FN void wait_all(int line) {
 
 }  // namespace emu::async
 
-// CUDA's conversions between a generic pointer and a shared-window address. The emulator has one
-// address space, so the "shared address" is the pointer's own value (nothing can use it for PTX
-// here anyway: inline assembly does not compile for the CPU).
-inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<uintptr_t>(p); }
-inline void* __cvta_shared_to_generic(size_t a) { return reinterpret_cast<void*>(a); }
+// CUDA's conversions between a generic pointer and a shared-window address: on the emulator, as on
+// a GPU, a small offset in the block's shared memory (emu_smem_window in emu_abi.hpp), which keeps
+// every address's position in the swizzle patterns of TMA and wgmma.
+inline size_t __cvta_generic_to_shared(const void* p, int line = __builtin_LINE()) { return emu_smem_window(p, line); }
+inline void* __cvta_shared_to_generic(size_t a, int line = __builtin_LINE()) { return emu_smem_pointer(unsigned(a), 1, line); }

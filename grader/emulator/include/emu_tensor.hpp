@@ -11,6 +11,7 @@
 // name the student's line while the calls stay those of the GPU version.
 #pragma once
 #include "emu_fragments.hpp"
+#include "emu_widen.hpp"
 
 namespace emu::tensor {
 
@@ -21,22 +22,6 @@ constexpr unsigned kFullWarp = 0xffffffffu;
 struct Line {
     int n;
 };
-
-// The exact value of a 16-bit float (the low 16 bits of `bits`).
-template <bool BF16>
-inline double widen(unsigned bits) {
-    bits &= 0xffffu;
-    if constexpr (BF16) {
-        return std::bit_cast<float>(bits << 16);
-    } else {
-        const unsigned mag = bits & 0x7fffu;
-        // Finite binary16 values, subnormals included, become exact floats by moving the bits
-        // into float position and rescaling by 2^(127 - 15); inf and NaN keep their exponent.
-        const float v = mag >= 0x7c00u ? std::bit_cast<float>(0x7f800000u | (mag & 0x3ffu) << 13)
-                                       : std::bit_cast<float>(mag << 13) * 0x1p112f;
-        return bits & 0x8000u ? -v : v;
-    }
-}
 
 // ----------------------------------------------------------------------------- mma.sync
 
@@ -111,24 +96,56 @@ void ldmatrix_combine(const void* const* in, void* const* out, unsigned, const v
     }
 }
 
+// A row address of ldmatrix or stmatrix: 16 bytes of shared memory, 16-byte aligned.
+inline void check_row(int line, const char* what, unsigned lane, const void* row, const char* verb) {
+    if (reinterpret_cast<uintptr_t>(row) % 16)
+        emu_usage_error(line, "%s: lane %u's row address %p is not 16-byte aligned (row addresses must be "
+                        "multiples of 16 bytes)", what, lane, row);
+    if (!emu_in_shared(row, 16))
+        emu_usage_error(line, "%s: lane %u's row (16 bytes at %p) is not in shared memory%s; %s only __shared__ memory",
+                        what, lane, row, emu_in_global(row, 16) ? " (it points into an array argument, global memory)" : "",
+                        verb);
+}
+
 template <int N, bool TRANS>
 inline __attribute__((always_inline)) void ldmatrix(int line, const char* what, unsigned* r, const void* row) {
     const unsigned lane = emu_ctx.cur->linear % 32u;
     Row16 mine = {0, 0, 0, 0};
     // Only the lanes whose addresses this form uses read (x1: lanes 0-7, x2: 0-15, x4: all).
     if (lane < 8u * N) {
-        if (reinterpret_cast<uintptr_t>(row) % 16)
-            emu_usage_error(line, "%s: lane %u's row address %p is not 16-byte aligned (row addresses must be "
-                            "multiples of 16 bytes)", what, lane, row);
-        if (!emu_in_shared(row, 16))
-            emu_usage_error(line, "%s: lane %u's row (16 bytes at %p) is not in shared memory%s; ldmatrix reads "
-                            "only __shared__ memory", what, lane, row,
-                            emu_in_global(row, 16) ? " (it points into an array argument, global memory)" : "");
+        check_row(line, what, lane, row, "ldmatrix reads");
         mine = *static_cast<const Row16*>(row);
     }
     unsigned res[N];
     emu_warp_exchange(line, what, kFullWarp, &mine, res, &ldmatrix_combine<N, TRANS>, nullptr);
     for (int m = 0; m < N; ++m) r[m] = res[m];
+}
+
+// ----------------------------------------------------------------------------- stmatrix
+
+// The inverse of ldmatrix: each lane hands in its N registers; lane 8m + j, whose address is row j
+// of matrix m, receives that row's 16 bytes and stores them itself (a traced store on its line).
+template <int N, bool TRANS>
+void stmatrix_combine(const void* const* in, void* const* out, unsigned, const void*) {
+    for (int lane = 0; lane < 32; ++lane) {
+        const unsigned* r = static_cast<const unsigned*>(in[lane]);
+        for (int m = 0; m < N; ++m)
+            for (int h = 0; h < 2; ++h) {
+                const frag::RowCol p = frag::kLdmatrix[TRANS][lane][h];
+                static_cast<Half16*>(out[8 * m + p.row])[p.col] = Half16(r[m] >> 16 * h);
+            }
+    }
+}
+
+template <int N, bool TRANS>
+inline __attribute__((always_inline)) void stmatrix(int line, const char* what, void* row, const unsigned* r) {
+    const unsigned lane = emu_ctx.cur->linear % 32u;
+    if (lane < 8u * N) check_row(line, what, lane, row, "stmatrix writes");
+    unsigned mine[N];
+    for (int m = 0; m < N; ++m) mine[m] = r[m];
+    Row16 got = {0, 0, 0, 0};
+    emu_warp_exchange(line, what, kFullWarp, mine, &got, &stmatrix_combine<N, TRANS>, nullptr);
+    if (lane < 8u * N) *static_cast<Row16*>(row) = got;
 }
 
 }  // namespace emu::tensor

@@ -164,8 +164,8 @@ void mma_combine(const void* const* in, void* const* out, unsigned, const void*)
     for (int l = 0; l < 32; ++l) {
         const MmaIn& m = *static_cast<const MmaIn*>(in[l]);
         for (int i = 0; i < 8; ++i) {
-            A[frag::kWmmaA[l][i].row][frag::kWmmaA[l][i].col] = tensor::widen<BF16>(m.a[i]);
-            B[frag::kWmmaB[l][i].row][frag::kWmmaB[l][i].col] = tensor::widen<BF16>(m.b[i]);
+            A[frag::kWmmaA[l][i].row][frag::kWmmaA[l][i].col] = emu::widen<BF16>(m.a[i]);
+            B[frag::kWmmaB[l][i].row][frag::kWmmaB[l][i].col] = emu::widen<BF16>(m.b[i]);
             D[frag::kWmmaC[l][i].row][frag::kWmmaC[l][i].col] = m.c[i];
         }
     }

@@ -6,6 +6,7 @@ namespace launcher {
 void fiber_body(Worker* w, Fiber* f) {
     g_launch.entry(g_launch.argv);
     async_thread_done(w, f);
+    hopper_thread_done(w, f);
     f->state = kDone;
     w->live--;
 }
@@ -107,6 +108,7 @@ std::string where_waiting(const Fiber& f) {
     else if (f.state == kWaitNamed)
         snprintf(buf, sizeof buf, "wait at named barrier %d (%d of %d threads arrived) on line %d", f.bar_id,
                  t_worker->named[f.bar_id].arrived, t_worker->named[f.bar_id].expected, f.line);
+    else if (f.state == kWaitMbar || f.state == kWaitGroup) return hopper_waiting(f);
     else if (f.state == kDone) snprintf(buf, sizeof buf, "have finished (returned)");
     else snprintf(buf, sizeof buf, "are runnable");
     return buf;
@@ -116,7 +118,7 @@ std::string where_waiting(const Fiber& f) {
 [[noreturn]] void deadlock(Worker* w) {
     std::vector<std::pair<std::string, std::vector<int>>> groups;
     int first_waiting = -1;
-    bool any_done = false, any_bar = false, any_warp = false, any_named = false;
+    bool any_done = false, any_bar = false, any_warp = false, any_named = false, any_hopper = false;
     for (int i = 0; i < w->threads; ++i) {
         const Fiber& f = w->fibers[i];
         if (f.state != kDone && first_waiting < 0) first_waiting = i;
@@ -124,6 +126,7 @@ std::string where_waiting(const Fiber& f) {
         any_bar |= f.state == kWaitBarrier;
         any_warp |= f.state == kWaitWarp;
         any_named |= f.state == kWaitNamed;
+        any_hopper |= f.state == kWaitMbar || f.state == kWaitGroup;
         std::string key = where_waiting(f);
         auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == key; });
         if (it == groups.end()) groups.push_back({key, {i}});
@@ -132,7 +135,9 @@ std::string where_waiting(const Fiber& f) {
     std::string text = "deadlock: no thread of the block can continue.\n";
     for (size_t g = 0; g < groups.size() && g < 8; ++g)
         text += "  threads " + thread_ranges(w, groups[g].second) + " " + groups[g].first + "\n";
-    if (any_bar && any_done)
+    if (any_hopper)
+        text += hopper_deadlock_notes(w);
+    else if (any_bar && any_done)
         text += "Every thread of a block must reach each __syncthreads(): do not return early (or skip a "
                 "__syncthreads() in an if) before a barrier that other threads wait at; guard the work, "
                 "not the barrier.";
@@ -187,6 +192,7 @@ void run_block(Worker* w, uint64_t linear) {
         fiber_init(w, &f);
     }
     async_block_begin(w);
+    hopper_block_begin(w);
     w->live = n;
     w->arrived = 0;
     for (NamedBarrier& b : w->named) b.arrived = 0, b.members.clear(), b.waits.clear(), b.known.clear(), b.waited = false,
@@ -203,7 +209,7 @@ void run_block(Worker* w, uint64_t linear) {
             ran = true;
         }
         emu_ctx.cur = nullptr;
-        if (!ran && w->live > 0) deadlock(w);
+        if (!ran && w->live > 0 && !hopper_stalled(w)) deadlock(w);
     }
     if (t_prof) prof_flush_block(w);
 }

@@ -78,7 +78,7 @@ struct PrintSegment {
     char data[];
 };
 
-enum State : int { kReady = 0, kRunning, kWaitBarrier, kWaitWarp, kDone, kWaitNamed };
+enum State : int { kReady = 0, kRunning, kWaitBarrier, kWaitWarp, kDone, kWaitNamed, kWaitMbar, kWaitGroup };
 
 struct Fiber : emu::FiberHead {
     int state;
@@ -90,7 +90,7 @@ struct Fiber : emu::FiberHead {
     uint64_t val;
     uint64_t result;
     uint32_t wlast;  // race mode: number of the last warp collective this lane completed
-    int bar_id;  // the named barrier this thread waits at (state kWaitNamed)
+    int bar_id;  // the named barrier this thread waits at (kWaitNamed), or its mbarrier's index (kWaitMbar)
     // emu_warp_exchange: this lane's operands and the collective's name (the op is kExchange)
     const void* xin;
     void* xout;
@@ -278,6 +278,14 @@ void race_access(uintptr_t a, unsigned size, int kind, uintptr_t ret);  // race 
 void async_block_begin(Worker* w);  // before a block's threads start
 void async_thread_done(Worker* w, Fiber* f);  // a thread returned: what it still has in flight lands
 void async_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret);  // traced build
+
+// hopper.cpp: mbarrier, wgmma, fence.proxy.async (see emu_abi.hpp)
+void hopper_block_begin(Worker* w);  // before a block's threads start
+void hopper_thread_done(Worker* w, Fiber* f);  // a thread returned: its TMA stores land
+bool hopper_stalled(Worker* w);  // no thread can run: true if mbarrier waits timed out (they run again)
+std::string hopper_waiting(const Fiber& f);  // where a thread in kWaitMbar or kWaitGroup waits
+std::string hopper_deadlock_notes(Worker* w);  // what the barriers and warpgroups wait for
+void hopper_access(Worker* w, uintptr_t a, unsigned size, bool store, uintptr_t ret);  // traced build
 
 // profile.cpp: the memory profiler (traced build)
 extern thread_local Worker* t_prof;  // set while profiling

@@ -222,6 +222,7 @@ static inline void trace_access(void* p, unsigned size, int kind, uintptr_t ret)
     if (t_race) race_access(uintptr_t(p), size, kind, ret);
     Worker* w = t_worker;
     if (w && w->async_inflight) async_access(w, uintptr_t(p), size, kind == kAccWrite, ret);
+    if (w) hopper_access(w, uintptr_t(p), size, kind == kAccWrite, ret);
     if (t_prof) prof_access(t_prof, uintptr_t(p), size, kind == kAccWrite, ret);
 }
 
