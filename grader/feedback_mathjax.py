@@ -35,6 +35,8 @@ from pathlib import Path
 from nbconvert.exporters import HTMLExporter
 from traitlets import Bool, Unicode
 
+from .course import ROOT
+
 FOLDER = "mathjax"  # beside each feedback page
 PACKAGE = "jupyter_server_mathjax"  # pip install jupyter-server-mathjax: MathJax 2.7 under static/
 LOCAL_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # the combined configuration that package ships
@@ -211,5 +213,8 @@ class FeedbackHTMLExporter(HTMLExporter):
         output = _LOADER.sub(lambda m: m.group(1) + loader_html(local, url), output, count=1)
         coursedir = getattr(self.parent, "coursedir", None)
         if coursedir is not None:
-            output = embed_course_images(output, Path(coursedir.root))
+            root = Path(coursedir.root)
+            # a course folder made of the released modules alone (the demo's) takes the figures from
+            # the course package's own checkout
+            output = embed_course_images(output, root if (root / "modules").is_dir() else ROOT)
         return output, resources
