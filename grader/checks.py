@@ -350,7 +350,8 @@ def check(exercise_id: str, kernel, *, hidden: bool = False, quiet: bool = False
     """Check a kernel in a notebook: the visible cases, or with ``hidden=True`` the grading
     cases too. Prints one line per case; raises :class:`CheckFailed` explaining the first
     failure (so an nbgrader test cell fails with that message)."""
-    result = run_check(exercise_id, source_of(kernel), include_hidden=hidden, progress=sys.stderr)
+    # Progress on stdout: nbgrader scores a test cell that wrote to stderr as failed.
+    result = run_check(exercise_id, source_of(kernel), include_hidden=hidden, progress=sys.stdout)
     if not quiet:
         print(result.summary())
     first = result.first_failure

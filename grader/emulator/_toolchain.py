@@ -184,7 +184,8 @@ def building(piece: str):
     """A build of a piece of the runtime (once per grader version and machine): the first says what
     is being built and about how long it takes (as long as last time here, when there was one), each
     then how long it took. The wait is otherwise silent, in a notebook (only [*]) as on the command
-    line."""
+    line. On stdout: nbgrader scores a test cell that wrote to stderr as failed, and the first build
+    can happen in one."""
     record = cache_dir() / BUILD_TIMES
     try:
         before = json.loads(record.read_text())
@@ -196,11 +197,11 @@ def building(piece: str):
                 "from a few seconds to about a minute on two cores, longer on a busy machine")
         print("grader: building the CPU emulator's runtime (its launcher and a precompiled header of the CUDA "
               f"runtime), once for this version of the grader: {took}. Later launches reuse it from {cache_dir()}.",
-              file=sys.stderr, flush=True)
+              file=sys.stdout, flush=True)
     start = time.monotonic()
     yield
     seconds = time.monotonic() - start
-    print(f"grader: built the emulator's {piece} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    print(f"grader: built the emulator's {piece} in {seconds:.0f} s", file=sys.stdout, flush=True)
     try:
         record.write_text(json.dumps(before | {piece: round(seconds, 1)}))
     except OSError:

@@ -165,6 +165,7 @@ def test_a_long_check_says_which_case_it_is_on_and_a_short_one_stays_silent(monk
     import grader.checks
     from grader.course import solution_source
 
+    assert run_check("vector_add", solution_source("vector_add")).passed  # built now: the next check is short
     quiet = io.StringIO()
     assert run_check("vector_add", solution_source("vector_add"), progress=quiet).passed
     assert quiet.getvalue() == ""  # well under PROGRESS_AFTER seconds
@@ -319,3 +320,14 @@ def test_a_hidden_check_takes_the_visible_cases_just_passed_and_reruns_a_failure
     run_check("flash_fwd_row", broken, include_hidden=True)
     assert launched == [r.case.name for r in full.results]  # failures are never kept: every case runs again
     assert first == [r.case.name for r in full.results if not r.case.hidden]
+
+
+def test_a_notebook_check_says_its_progress_on_stdout_never_stderr(monkeypatch, capsys):
+    # nbgrader scores a test cell that wrote to stderr as failed: a slow correct kernel would lose its points.
+    import grader.checks
+    from grader.course import solution_source
+
+    monkeypatch.setattr(grader.checks, "PROGRESS_AFTER", 0.0)
+    grader.checks.check("vector_add", solution_source("vector_add"))
+    out, err = capsys.readouterr()
+    assert "[vector_add] case 1 of " in out and err == ""

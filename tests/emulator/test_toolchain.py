@@ -56,17 +56,17 @@ def test_a_cold_runtime_build_says_what_it_builds_once_and_how_long_each_piece_t
     _build._pch("g++", ["-O2"])
     _toolchain.launcher("ucontext")
     _toolchain.launcher("ucontext")  # built: silent
-    err = capsys.readouterr().err.splitlines()
+    said = capsys.readouterr().out.splitlines()
     assert built == ["emu_runtime.hpp.gch", "emu-launcher"]
-    assert len(err) == 3 and err[0].startswith("grader: building the CPU emulator's runtime (its launcher and a "
+    assert len(said) == 3 and said[0].startswith("grader: building the CPU emulator's runtime (its launcher and a "
                                                "precompiled header of the CUDA runtime), once for this version")
-    assert str(tmp_path) in err[0]
-    assert err[1].startswith("grader: built the emulator's precompiled header in ") and err[1].endswith(" s")
-    assert err[2].startswith("grader: built the emulator's launcher in ")
+    assert str(tmp_path) in said[0]
+    assert said[1].startswith("grader: built the emulator's precompiled header in ") and said[1].endswith(" s")
+    assert said[2].startswith("grader: built the emulator's launcher in ")
     # After a grader update the next build says how long this one took.
     monkeypatch.setattr(_toolchain, "_ANNOUNCED", [])
     monkeypatch.setattr(_toolchain, "runtime_version", lambda: "next-version")
     _toolchain.launcher("ucontext")
     took = sum(json.loads((tmp_path / _toolchain.BUILD_TIMES).read_text()).values())
     assert f"once for this version of the grader: the last build on this machine took {took:.0f} s." in \
-        capsys.readouterr().err
+        capsys.readouterr().out
